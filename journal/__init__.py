@@ -1,0 +1,98 @@
+"""journal: durable AI-agent sessions in plain directories.
+
+An embedded, append-only, event-sourced checkpoint store implementing the
+contract of mobius's `CheckpointStore`. Start with `journal.open(root)`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .errors import (
+    ContractViolationError,
+    CorruptionError,
+    FormatVersionError,
+    InvalidInputError,
+    JournalError,
+    LockTimeoutError,
+    NotFoundError,
+    StorageError,
+)
+from .store import Durability, Store
+from .types import (
+    CHECKPOINT_VERSION,
+    Checkpoint,
+    Event,
+    EventPage,
+    EventPageRequest,
+    ExecutionPage,
+    ExecutionPageRequest,
+    ExecutionRecord,
+    ExecutionStats,
+    JournalEvent,
+    MessageTarget,
+    QueuedMessage,
+    SessionContext,
+    SessionCursor,
+    SessionPage,
+    SessionPageRequest,
+    SessionSummary,
+    StreamMetrics,
+    TimestampedEvent,
+    TokenUsage,
+    TranscriptBatch,
+    TranscriptPage,
+    TranscriptPageRequest,
+)
+
+__version__ = "0.1.0"
+
+
+def open(root: str | os.PathLike[str], **options: Any) -> Store:
+    """Open (creating if needed) the store at `root`.
+
+    Options: durability ("fsync" default: a call returns after its commit is on
+    stable storage; "os": after the OS has the bytes, which survives a process
+    crash but not a power loss), segment_bytes, lock_timeout, max_record_bytes,
+    create.
+    """
+    return Store(root, **options)
+
+
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "Checkpoint",
+    "ContractViolationError",
+    "CorruptionError",
+    "Durability",
+    "Event",
+    "EventPage",
+    "EventPageRequest",
+    "ExecutionPage",
+    "ExecutionPageRequest",
+    "ExecutionRecord",
+    "ExecutionStats",
+    "FormatVersionError",
+    "InvalidInputError",
+    "JournalError",
+    "JournalEvent",
+    "LockTimeoutError",
+    "MessageTarget",
+    "NotFoundError",
+    "QueuedMessage",
+    "SessionContext",
+    "SessionCursor",
+    "SessionPage",
+    "SessionPageRequest",
+    "SessionSummary",
+    "StorageError",
+    "Store",
+    "StreamMetrics",
+    "TimestampedEvent",
+    "TokenUsage",
+    "TranscriptBatch",
+    "TranscriptPage",
+    "TranscriptPageRequest",
+    "open",
+]

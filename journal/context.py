@@ -1,0 +1,66 @@
+"""The context-prefix rule: within one epoch the stored context only grows.
+
+Within one `context_epoch` the stored context items are an immutable prefix of
+every later checkpoint's context, so a save stores only the new tail. A higher
+epoch replaces the context; an epoch going backwards, or a changed or
+truncated prefix without a new epoch, is rejected and nothing changes.
+Comparison is by value: encoded bytes first (fast), decoded values when the
+bytes differ (a dict with another key order is the same JSON value).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from .errors import ContractViolationError
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder().decode
+
+
+def encode_items(items: list[Any]) -> list[bytes]:
+    return [_encode(item) for item in items]
+
+
+def plan_context(
+    stored: list[bytes] | None,
+    stored_epoch: int,
+    new_items: list[Any],
+    new_epoch: int,
+) -> tuple[int, list[bytes]]:
+    """Return (base, tail): how many stored items stay, and the encoded items to append.
+
+    `stored` is None for a session with no checkpoint yet.
+    """
+    if stored is None or new_epoch > stored_epoch:
+        return 0, encode_items(new_items)
+    if new_epoch < stored_epoch:
+        raise ContractViolationError(
+            f"context epoch cannot move backwards (stored {stored_epoch}, got {new_epoch})"
+        )
+    n = len(stored)
+    if len(new_items) < n:
+        raise ContractViolationError(
+            "context prefix was truncated without advancing its epoch "
+            f"(stored {n} items, got {len(new_items)}, epoch {new_epoch})"
+        )
+    # One encode of the whole prefix (a C loop) decides the common case.
+    if n and _encode(new_items[:n]) != _array_header(n) + b"".join(stored):
+        for i in range(n):
+            item = new_items[i]
+            if _encode(item) != stored[i] and _decode(stored[i]) != item:
+                raise ContractViolationError(
+                    "context prefix changed without advancing its epoch "
+                    f"(item {i}, epoch {new_epoch})"
+                )
+    return n, encode_items(new_items[n:])
+
+
+def _array_header(n: int) -> bytes:
+    if n < 16:
+        return bytes([0x90 | n])
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")

@@ -1,0 +1,81 @@
+"""The one exception hierarchy of `journal`.
+
+Every failure the library reports is a `JournalError`. Subclasses name the kind
+of failure so callers can branch on it; the message always says what went wrong
+and where (session, file, byte offset) when that is known. Exceptions of our
+dependencies (msgspec, portalocker, zstandard) and bare `OSError`s are wrapped
+at the boundary and never reach the caller raw.
+"""
+
+from __future__ import annotations
+
+
+class JournalError(Exception):
+    """Base class of every error raised by `journal`."""
+
+
+class InvalidInputError(JournalError, ValueError):
+    """The caller passed a value the store cannot accept (bad id, NaN, limit 0, ...).
+
+    Nothing was changed.
+    """
+
+
+class ContractViolationError(JournalError):
+    """The call breaks a rule of the CheckpointStore contract.
+
+    Examples: a checkpoint sequence that does not advance, a changed context
+    prefix without a new epoch, a fork that is not clean. Nothing was changed.
+    """
+
+
+class NotFoundError(JournalError, LookupError):
+    """A session, checkpoint or record that the call needs does not exist."""
+
+
+class CorruptionError(JournalError):
+    """Stored bytes fail a check (checksum, framing, identity).
+
+    `path` and `offset` locate the damage when known. Committed data before the
+    damage stays readable.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, offset: int | None = None):
+        where = ""
+        if path is not None:
+            where = f" (file {path}" + (f", offset {offset}" if offset is not None else "") + ")"
+        super().__init__(message + where)
+        self.path = path
+        self.offset = offset
+
+
+class LockTimeoutError(JournalError, TimeoutError):
+    """A writer lock could not be taken in time; the message names the holder."""
+
+    def __init__(self, message: str, *, holder: str | None = None):
+        super().__init__(message)
+        self.holder = holder
+
+
+class StorageError(JournalError, OSError):
+    """The operating system refused an operation (disk full, permissions, ...).
+
+    The message names the file and the operation; the original `OSError` is
+    chained as `__cause__`.
+    """
+
+
+class FormatVersionError(JournalError):
+    """The store or a file was written by an unsupported format version."""
+
+
+__all__ = [
+    "ContractViolationError",
+    "CorruptionError",
+    "FormatVersionError",
+    "InvalidInputError",
+    "JournalError",
+    "LockTimeoutError",
+    "NotFoundError",
+    "StorageError",
+]

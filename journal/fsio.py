@@ -1,0 +1,150 @@
+"""Every durability-relevant filesystem call of `journal`, in one place.
+
+All writes to log segments, every fsync/fdatasync, every rename, truncate and
+directory sync go through the module-level functions below. That makes this
+module the fault-injection seam: tests replace `ops` with a recorder that keeps
+what was made durable and can "lose power" (drop everything not yet synced,
+tear the last write) at any step.
+
+Errors are re-raised as `StorageError` naming the file and the operation, so no
+bare `OSError` reaches a caller.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from .errors import StorageError
+
+
+class FileOps:
+    """The real operations. Tests substitute a subclass (see tests/faults.py)."""
+
+    def pwrite(self, fd: int, data: bytes, offset: int, path: str) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(fd, view, offset)
+            view = view[written:]
+            offset += written
+
+    def sync_data(self, fd: int, path: str) -> None:
+        if sys.platform == "darwin":  # plain fsync does not reach the platter on macOS
+            import fcntl
+
+            fcntl.fcntl(fd, fcntl.F_FULLFSYNC)
+        elif hasattr(os, "fdatasync"):
+            os.fdatasync(fd)
+        else:
+            os.fsync(fd)
+
+    def sync_file(self, fd: int, path: str) -> None:
+        os.fsync(fd)
+
+    def sync_dir(self, path: str) -> None:
+        if os.name == "nt":  # directories cannot be opened for fsync on Windows
+            return
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.rename(src, dst)
+
+    def replace(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+
+    def truncate(self, fd: int, size: int, path: str) -> None:
+        os.ftruncate(fd, size)
+
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+
+
+ops: FileOps = FileOps()
+
+
+@contextmanager
+def _context(op: str, path: str) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        raise StorageError(f"{op} failed on {path}: {exc.strerror or exc}") from exc
+
+
+def pwrite(fd: int, data: bytes, offset: int, path: str) -> None:
+    """Write all of `data` at `offset` (not yet durable)."""
+    with _context("write", path):
+        ops.pwrite(fd, data, offset, path)
+
+
+def sync_data(fd: int, path: str) -> None:
+    """Make the file's data (and size) durable: fdatasync, F_FULLFSYNC on macOS."""
+    with _context("fdatasync", path):
+        ops.sync_data(fd, path)
+
+
+def sync_file(fd: int, path: str) -> None:
+    """Make the file's data and metadata durable (fsync)."""
+    with _context("fsync", path):
+        ops.sync_file(fd, path)
+
+
+def sync_dir(path: str) -> None:
+    """Make a directory's entries durable (after create, rename, unlink)."""
+    with _context("fsync of directory", path):
+        ops.sync_dir(path)
+
+
+def rename(src: str, dst: str) -> None:
+    """Rename; fails if `dst` is a non-empty directory (used to publish directories)."""
+    with _context(f"rename to {dst}", src):
+        ops.rename(src, dst)
+
+
+def replace(src: str, dst: str) -> None:
+    """Atomically replace `dst` by `src`."""
+    with _context(f"replace of {dst}", src):
+        ops.replace(src, dst)
+
+
+def truncate(fd: int, size: int, path: str) -> None:
+    with _context(f"truncate to {size}", path):
+        ops.truncate(fd, size, path)
+
+
+def unlink(path: str) -> None:
+    with _context("unlink", path):
+        ops.unlink(path)
+
+
+def write_file(path: str, data: bytes, *, durable: bool) -> None:
+    """Create or replace `path` with `data` atomically (temp file + rename).
+
+    With `durable`, the temp file is fsynced before the rename and the directory
+    after it, so the new content survives power loss. Caches pass
+    `durable=False`: a torn cache is detected by its checksum and rebuilt.
+    """
+    directory = os.path.dirname(path) or "."
+    tmp = f"{path}.tmp.{os.getpid()}.{id(data):x}"
+    with _context("create", tmp):
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        pwrite(fd, data, 0, tmp)
+        if durable:
+            sync_file(fd, tmp)
+    finally:
+        os.close(fd)
+    try:
+        replace(tmp, path)
+    except BaseException:
+        with _context("cleanup", tmp):
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        raise
+    if durable:
+        sync_dir(directory)

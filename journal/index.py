@@ -1,0 +1,284 @@
+"""Index files: derived maps from a key (event or checkpoint sequence) to a log position.
+
+Indexes are caches. They are written without fsync, checked against the log
+when opened and whenever a record read through them does not match, and rebuilt
+from the log on any doubt. The newest entries live in memory (`pending`) and
+are flushed in batches, so an append costs no extra system call.
+
+Two shapes share one file layout (FORMAT.md, "Index files"):
+- dense (events): entry i describes event sequence i + 1, so lookups are
+  arithmetic; 16-byte entries `pos u64, size u32, flags u32` (flag 1: removed);
+- sparse (checkpoints, transcript batches, executions): entries sorted by key,
+  24 bytes `key u64, pos u64, size u32, reserved u32`; lookups binary-search.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from array import array
+
+from . import fsio
+from .errors import StorageError
+
+INDEX_MAGIC = b"JRNLIDX\x00"
+INDEX_VERSION = 1
+# magic, version, kind, covered, count, anchor_pos, anchor_crc, crc, reserved
+INDEX_HEADER = struct.Struct("<8sHHQQQII4x")
+INDEX_HEADER_SIZE = INDEX_HEADER.size  # 48
+DENSE = struct.Struct("<QII")
+SPARSE = struct.Struct("<QQI4x")
+
+KIND_EVENTS = 1
+KIND_CHECKPOINTS = 2
+KIND_TRANSCRIPTS = 3
+KIND_EXECUTIONS = 4
+INDEX_FILES = {
+    KIND_EVENTS: "events.idx",
+    KIND_CHECKPOINTS: "checkpoints.idx",
+    KIND_TRANSCRIPTS: "transcripts.idx",
+    KIND_EXECUTIONS: "executions.idx",
+}
+
+REMOVED = 1
+_BLOCK = 256  # entries read per pread when walking backwards
+
+
+def encode_index_header(kind: int, covered: int, count: int, anchor: tuple[int, int]) -> bytes:
+    fields = (INDEX_MAGIC, INDEX_VERSION, kind, covered, count, anchor[0], anchor[1])
+    raw = INDEX_HEADER.pack(*fields, 0)
+    return INDEX_HEADER.pack(*fields, zlib.crc32(raw[:40]))
+
+
+class Index:
+    """One index file plus its unflushed in-memory tail."""
+
+    def __init__(self, directory: str, kind: int):
+        self.kind = kind
+        self.dense = kind == KIND_EVENTS
+        self.entry = DENSE if self.dense else SPARSE
+        self.path = os.path.join(directory, INDEX_FILES[kind])
+        self._fd: int | None = None
+        self.flushed = 0  # entries in the file that we trust
+        self.file_covered = 0  # log position the flushed entries reflect
+        self.file_anchor = (0, 0)  # (position, crc) of the commit record ending at file_covered
+        self.covered = 0  # log position that flushed + pending entries reflect
+        # pending tail, as parallel arrays (compact even for long-lived readers)
+        self._keys = array("Q")
+        self._pos = array("Q")
+        self._size = array("I")
+        self._flags = array("I")
+        self._dirty_flags: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ state
+    @property
+    def count(self) -> int:
+        return self.flushed + len(self._pos)
+
+    def reset(self) -> None:
+        self.flushed = 0
+        self.file_covered = 0
+        self.file_anchor = (0, 0)
+        self.covered = 0
+        self._keys, self._pos = array("Q"), array("Q")
+        self._size, self._flags = array("I"), array("I")
+        self._dirty_flags.clear()
+
+    def load(self) -> bool:
+        """Adopt the file's flushed entries if its header is sound; else start empty."""
+        self.reset()
+        self._close()
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise StorageError(f"cannot open index {self.path}: {exc.strerror}") from exc
+        self._fd = fd
+        head = os.pread(fd, INDEX_HEADER_SIZE, 0)
+        if len(head) != INDEX_HEADER_SIZE:
+            return False
+        magic, version, kind, covered, count, apos, acrc, crc = INDEX_HEADER.unpack(head)
+        if (
+            magic != INDEX_MAGIC
+            or version != INDEX_VERSION
+            or kind != self.kind
+            or zlib.crc32(head[:40]) != crc
+            or os.fstat(fd).st_size < INDEX_HEADER_SIZE + count * self.entry.size
+        ):
+            return False
+        self.flushed = count
+        self.file_covered = covered
+        self.file_anchor = (apos, acrc)
+        self.covered = covered
+        return True
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def close(self) -> None:
+        self._close()
+
+    # ---------------------------------------------------------------- updates
+    def append(self, key: int, pos: int, size: int, flags: int = 0) -> None:
+        self._keys.append(key)
+        self._pos.append(pos)
+        self._size.append(size)
+        self._flags.append(flags)
+
+    def mark_removed(self, i: int) -> None:
+        if i >= self.flushed:
+            self._flags[i - self.flushed] |= REMOVED
+        else:
+            self._dirty_flags[i] = self.get(i)[3] | REMOVED
+
+    def truncate_to(self, count: int) -> None:
+        """Forget entries from `count` on (used when a rebuilt tail starts earlier)."""
+        if count < self.flushed:
+            self.reset()
+            return
+        keep = count - self.flushed
+        del self._keys[keep:], self._pos[keep:], self._size[keep:], self._flags[keep:]
+
+    # ---------------------------------------------------------------- lookups
+    def get(self, i: int) -> tuple[int, int, int, int]:
+        """Entry i as (key, pos, size, flags)."""
+        if i >= self.flushed:
+            j = i - self.flushed
+            return self._keys[j], self._pos[j], self._size[j], self._flags[j]
+        return self.read_block(i, i + 1)[0]
+
+    def read_block(self, lo: int, hi: int) -> list[tuple[int, int, int, int]]:
+        """Entries [lo, hi) in order."""
+        out: list[tuple[int, int, int, int]] = []
+        if lo < self.flushed:
+            stop = min(hi, self.flushed)
+            assert self._fd is not None
+            esz = self.entry.size
+            data = os.pread(self._fd, (stop - lo) * esz, INDEX_HEADER_SIZE + lo * esz)
+            if len(data) != (stop - lo) * esz:
+                raise IndexDoubtError(f"index {self.path} is shorter than its header says")
+            for k in range(stop - lo):
+                if self.dense:
+                    pos, size, flags = DENSE.unpack_from(data, k * esz)
+                    key = lo + k + 1
+                else:
+                    key, pos, size = SPARSE.unpack_from(data, k * esz)
+                    flags = 0
+                flags = self._dirty_flags.get(lo + k, flags)
+                out.append((key, pos, size, flags))
+            lo = stop
+        for i in range(max(lo, self.flushed), hi):
+            j = i - self.flushed
+            out.append((self._keys[j], self._pos[j], self._size[j], self._flags[j]))
+        return out
+
+    def key_at(self, i: int) -> int:
+        return i + 1 if self.dense else self.get(i)[0]
+
+    def lower_bound(self, key: int) -> int:
+        """First entry index whose key is >= `key` (count if none)."""
+        if self.dense:
+            return min(max(key - 1, 0), self.count)
+        lo, hi = 0, self.count
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.key_at(mid) < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def newest_before(
+        self, before: int | None, limit: int
+    ) -> tuple[list[tuple[int, int, int, int]], bool]:
+        """Up to `limit` live entries with key < `before`, newest first; and whether more exist."""
+        hi = self.count if before is None else self.lower_bound(before)
+        out: list[tuple[int, int, int, int]] = []
+        while hi > 0:
+            lo = max(0, hi - _BLOCK)
+            for entry in reversed(self.read_block(lo, hi)):
+                if entry[3] & REMOVED:
+                    continue
+                if len(out) == limit:
+                    return out, True
+                out.append(entry)
+            hi = lo
+        return out, False
+
+    def oldest_after(self, after: int, limit: int) -> list[tuple[int, int, int, int]]:
+        """Up to `limit` live entries with key > `after`, oldest first."""
+        lo = self.lower_bound(after + 1)
+        out: list[tuple[int, int, int, int]] = []
+        while lo < self.count and len(out) < limit:
+            hi = min(self.count, lo + _BLOCK)
+            for entry in self.read_block(lo, hi):
+                if not entry[3] & REMOVED:
+                    out.append(entry)
+                    if len(out) == limit:
+                        break
+            lo = hi
+        return out
+
+    def find(self, key: int) -> tuple[int, int, int, int] | None:
+        i = self.lower_bound(key)
+        if i < self.count:
+            entry = self.get(i)
+            if entry[0] == key:
+                return entry
+        return None
+
+    # ------------------------------------------------------------ persistence
+    def flush(self, covered: int, anchor: tuple[int, int]) -> None:
+        """Write pending entries and flag changes, then the header (no fsync: a cache)."""
+        if not self._pos and not self._dirty_flags and covered == self.file_covered:
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            esz = self.entry.size
+            if self.flushed == 0:
+                fsio.truncate(fd, INDEX_HEADER_SIZE, self.path)
+            parts = []
+            for j in range(len(self._pos)):
+                if self.dense:
+                    parts.append(DENSE.pack(self._pos[j], self._size[j], self._flags[j]))
+                else:
+                    parts.append(SPARSE.pack(self._keys[j], self._pos[j], self._size[j]))
+            if parts:
+                fsio.pwrite(fd, b"".join(parts), INDEX_HEADER_SIZE + self.flushed * esz, self.path)
+            for i, flags in self._dirty_flags.items():
+                # only the dense index carries flags
+                fsio.pwrite(
+                    fd, struct.pack("<I", flags), INDEX_HEADER_SIZE + i * esz + 12, self.path
+                )
+            count = self.count
+            header = encode_index_header(self.kind, covered, count, anchor)
+            fsio.pwrite(fd, header, 0, self.path)
+        finally:
+            os.close(fd)
+        self.flushed = count
+        self.file_covered = covered
+        self.file_anchor = anchor
+        self._keys, self._pos = array("Q"), array("Q")
+        self._size, self._flags = array("I"), array("I")
+        self._dirty_flags.clear()
+        self._close()
+        self._fd = os.open(self.path, os.O_RDONLY)
+
+    @property
+    def pending(self) -> int:
+        return len(self._pos) + len(self._dirty_flags)
+
+    def discard_file(self) -> None:
+        """Start over: the file is not trusted (rebuild follows)."""
+        self._close()
+        if os.path.exists(self.path):
+            fsio.unlink(self.path)
+        self.reset()
+
+
+class IndexDoubtError(Exception):
+    """Internal: an index entry does not match the log; the caller rebuilds."""

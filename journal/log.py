@@ -1,0 +1,594 @@
+"""A segmented, checksummed, append-only log in one directory.
+
+Segments are files named by the log position of their first record
+(`00000000000000000000.seg`), so names sort by position. Each starts with a
+32-byte header (magic, version, kind, base position, header CRC). Positions are
+dense across segments: a record at file offset `o` of the segment with base `b`
+is at log position `b + o - 32`.
+
+The newest segment is preallocated with zeros in growing steps: overwriting
+already-allocated space makes each commit's fdatasync flush only data, not the
+file size. Zeroed space parses as "no record" (type 0 is invalid). When a
+segment reaches its size limit it is sealed: truncated to its last record,
+synced, and never written again. Commits never span segments.
+
+Writers hold the log's lock (see `session.py`); `write` only hands bytes to the
+OS and `wait_durable` implements group commit: concurrent committers share one
+fdatasync.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from . import fsio
+from .errors import CorruptionError, FormatVersionError, StorageError
+from .record import (
+    END,
+    FLAG_COMMIT,
+    HEADER_SIZE,
+    OK,
+    SHORT,
+    TYPE_NAMES,
+    Record,
+    open_payload,
+    parse_at,
+)
+
+SEGMENT_MAGIC = b"JRNLSEG\x00"
+SEGMENT_VERSION = 1
+SEGMENT_HEADER = struct.Struct("<8sHHIQI4x")  # magic, version, kind, reserved, base, crc
+SEGMENT_HEADER_SIZE = SEGMENT_HEADER.size  # 32
+SEGMENT_SUFFIX = ".seg"
+
+KIND_SESSION = 1
+KIND_CATALOG = 3
+
+_READ_CHUNK = 1 << 20
+_FIRST_READ = 4096  # a refresh usually finds nothing new: read little first
+_GAP = 64 << 10  # records closer than this are read together
+_SPAN = 4 << 20
+_PREALLOC_MIN = 64 << 10
+_PREALLOC_MAX = 4 << 20
+
+
+def segment_name(base: int) -> str:
+    return f"{base:020d}{SEGMENT_SUFFIX}"
+
+
+def encode_segment_header(kind: int, base: int) -> bytes:
+    head = SEGMENT_HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION, kind, 0, base, 0)
+    crc = zlib.crc32(head[:24])
+    return SEGMENT_HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION, kind, 0, base, crc)
+
+
+def check_segment_header(data: bytes, path: str, kind: int, base: int) -> None:
+    magic, version, got_kind, _, got_base, crc = SEGMENT_HEADER.unpack_from(data)
+    if magic != SEGMENT_MAGIC:
+        raise CorruptionError("not a journal segment (bad magic)", path=path, offset=0)
+    if zlib.crc32(data[:24]) != crc:
+        raise CorruptionError("segment header checksum mismatch", path=path, offset=0)
+    if version != SEGMENT_VERSION:
+        raise FormatVersionError(f"segment format version {version} is not supported: {path}")
+    if got_kind != kind or got_base != base:
+        raise CorruptionError(
+            f"segment header says kind {got_kind} base {got_base},"
+            f" expected kind {kind} base {base}",
+            path=path,
+            offset=0,
+        )
+
+
+@dataclass
+class Segment:
+    base: int
+    path: str
+
+
+@dataclass
+class ScanState:
+    """Where a scan stopped and why (filled in by `Log.committed`)."""
+
+    end: int = 0  # position just after the last complete commit
+    tail: str = "clean"  # clean | torn | corrupt | uncommitted
+    tail_pos: int = 0  # where the unusable bytes start
+    detail: str = ""
+    path: str = ""
+    file_offset: int = 0
+    dropped: int = 0  # bytes after `end` in the newest segment (torn/uncommitted tails)
+
+
+@dataclass
+class _Writer:
+    fd: int
+    seg: Segment
+    data_end: int  # log position after the last written byte
+    alloc_end: int  # log position where the file ends (zeros beyond data_end)
+    synced_end: int = 0
+    syncing: bool = False
+    poisoned: str = ""
+    cond: threading.Condition = field(default_factory=threading.Condition)
+
+
+class Log:
+    def __init__(self, directory: str, kind: int, *, segment_bytes: int, label: str):
+        self.dir = directory
+        self.kind = kind
+        self.segment_bytes = segment_bytes
+        self.label = label
+        self.segments: list[Segment] = []
+        self._fds: dict[str, int] = {}
+        self._fd_lock = threading.Lock()
+        self._writer: _Writer | None = None
+        self.list_segments()
+
+    # ----------------------------------------------------------------- layout
+    @staticmethod
+    def create(directory: str, kind: int) -> None:
+        """Create a log directory with an empty first segment, durably (not the parent)."""
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create {directory}: {exc.strerror}") from exc
+        path = os.path.join(directory, segment_name(0))
+        _create_segment_file(path, kind, 0)
+        fsio.sync_dir(directory)
+
+    def list_segments(self) -> list[Segment]:
+        try:
+            names = sorted(n for n in os.listdir(self.dir) if n.endswith(SEGMENT_SUFFIX))
+        except FileNotFoundError as exc:
+            raise CorruptionError(
+                f"log directory of {self.label} is missing", path=self.dir
+            ) from exc
+        except OSError as exc:
+            raise StorageError(f"cannot list {self.dir}: {exc.strerror}") from exc
+        segs: list[Segment] = []
+        for name in names:
+            stem = name[: -len(SEGMENT_SUFFIX)]
+            if len(stem) != 20 or not stem.isdigit():
+                continue
+            segs.append(Segment(int(stem), os.path.join(self.dir, name)))
+        if not segs:
+            raise CorruptionError(f"log of {self.label} has no segment", path=self.dir)
+        if segs[0].base != 0:
+            raise CorruptionError(
+                f"log of {self.label} starts at position {segs[0].base}:"
+                " earlier segments are missing",
+                path=segs[0].path,
+            )
+        self.segments = segs
+        return segs
+
+    def _fd(self, path: str) -> int:
+        with self._fd_lock:
+            fd = self._fds.get(path)
+            if fd is None:
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except FileNotFoundError as exc:
+                    raise CorruptionError(f"segment of {self.label} is missing", path=path) from exc
+                except OSError as exc:
+                    raise StorageError(f"cannot open {path}: {exc.strerror}") from exc
+                self._fds[path] = fd
+            return fd
+
+    def _segment_for(self, pos: int) -> tuple[int, Segment]:
+        segs = self.segments
+        lo, hi = 0, len(segs) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if segs[mid].base <= pos:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo, segs[lo]
+
+    # ---------------------------------------------------------------- reading
+    def pread(self, pos: int, size: int) -> bytes:
+        """Bytes [pos, pos+size) of one segment (records never span segments)."""
+        _, seg = self._segment_for(pos)
+        fd = self._fd(seg.path)
+        off = SEGMENT_HEADER_SIZE + pos - seg.base
+        try:
+            data = os.pread(fd, size, off)
+        except OSError as exc:
+            raise StorageError(f"read failed on {seg.path} at {off}: {exc.strerror}") from exc
+        if len(data) != size:
+            raise CorruptionError(
+                f"{self.label}: record at position {pos} runs past the end of its segment",
+                path=seg.path,
+                offset=off,
+            )
+        return data
+
+    def read_record(self, pos: int, size: int) -> Record:
+        """Read and check the record at `pos` whose framed size is `size`."""
+        data = self.pread(pos, size)
+        res = parse_at(data, 0)
+        if res[0] != OK or res[4] != size:
+            _, seg = self._segment_for(pos)
+            raise CorruptionError(
+                f"{self.label}: bad record at position {pos}",
+                path=seg.path,
+                offset=SEGMENT_HEADER_SIZE + pos - seg.base,
+            )
+        _, rtype, flags, start, end = res
+        payload = open_payload(rtype, flags, data[start:end], path=self.label, offset=pos)
+        return Record(pos, size, rtype, flags, payload, _crc_at(data, 0))
+
+    def read_record_at(self, pos: int) -> Record:
+        """Read the record at `pos` when only its position is known (two reads)."""
+        head = self.pread(pos, HEADER_SIZE)
+        length = int.from_bytes(head[4:8], "little")
+        return self.read_record(pos, HEADER_SIZE + length)
+
+    def read_records(self, spans: list[tuple[int, int]]) -> list[Record]:
+        """Read many (pos, size) records, coalescing nearby ones into one read each."""
+        order = sorted(range(len(spans)), key=lambda i: spans[i][0])
+        out: list[Record | None] = [None] * len(spans)
+        k = 0
+        while k < len(order):
+            first = spans[order[k]][0]
+            _, seg = self._segment_for(first)
+            seg_limit = self._segment_limit(seg)
+            j = k
+            last_end = first + spans[order[k]][1]
+            while j + 1 < len(order):
+                nxt_pos, nxt_size = spans[order[j + 1]]
+                if nxt_pos - last_end > _GAP or nxt_pos + nxt_size - first > _SPAN:
+                    break
+                if nxt_pos + nxt_size > seg_limit:
+                    break
+                j += 1
+                last_end = max(last_end, nxt_pos + nxt_size)
+            block = self.pread(first, last_end - first)
+            for t in range(k, j + 1):
+                pos, size = spans[order[t]]
+                data = block[pos - first : pos - first + size]
+                res = parse_at(data, 0)
+                if res[0] != OK or res[4] != size:
+                    raise CorruptionError(
+                        f"{self.label}: bad record at position {pos}",
+                        path=seg.path,
+                        offset=SEGMENT_HEADER_SIZE + pos - seg.base,
+                    )
+                payload = open_payload(
+                    res[1], res[2], data[res[3] : res[4]], path=seg.path, offset=pos
+                )
+                out[order[t]] = Record(pos, size, res[1], res[2], payload, _crc_at(data, 0))
+            k = j + 1
+        return [r for r in out if r is not None]
+
+    def _segment_limit(self, seg: Segment) -> int:
+        i = self.segments.index(seg)
+        if i + 1 < len(self.segments):
+            return self.segments[i + 1].base
+        return 1 << 62
+
+    def committed(self, start: int, state: ScanState, *, strict: bool) -> Iterator[list[Record]]:
+        """Yield each complete commit (a list of records) from position `start` on.
+
+        `state` is filled in when the generator is exhausted. With `strict`, the
+        whole zero tail of the newest segment is checked (recovery, verify); a
+        plain refresh stops at the first zero header. Damage in a sealed segment
+        raises `CorruptionError`; damage at the end of the newest segment is
+        classified in `state.tail` for the caller to decide.
+        """
+        state.end = start
+        idx, _ = self._segment_for(start)
+        pending: list[Record] = []
+        pos = start
+        while idx < len(self.segments):
+            seg = self.segments[idx]
+            newest = idx == len(self.segments) - 1
+            fd = self._fd(seg.path)
+            try:
+                file_size = os.fstat(fd).st_size
+            except OSError as exc:
+                raise StorageError(f"cannot stat {seg.path}: {exc.strerror}") from exc
+            if pos == seg.base:
+                head = _pread(fd, SEGMENT_HEADER_SIZE, 0, seg.path)
+                if len(head) < SEGMENT_HEADER_SIZE:
+                    if newest:
+                        state.tail, state.tail_pos, state.path = "torn", pos, seg.path
+                        state.detail = "segment header incomplete"
+                        return
+                    raise CorruptionError(f"{self.label}: segment header truncated", path=seg.path)
+                check_segment_header(head, seg.path, self.kind, seg.base)
+            seg_end = seg.base + file_size - SEGMENT_HEADER_SIZE
+            buf = b""
+            buf_pos = pos
+            while True:
+                off = pos - buf_pos
+                res = parse_at(buf, off)
+                outcome, rtype, flags, pstart, pend = res
+                if outcome == OK:
+                    payload = open_payload(
+                        rtype,
+                        flags,
+                        buf[pstart:pend],
+                        path=seg.path,
+                        offset=SEGMENT_HEADER_SIZE + pos - seg.base,
+                    )
+                    rec = Record(pos, pend - off, rtype, flags, payload, _crc_at(buf, off))
+                    pos += rec.size
+                    pending.append(rec)
+                    if flags & FLAG_COMMIT:
+                        yield pending
+                        pending = []
+                        state.end = pos
+                    continue
+                have_end = buf_pos + len(buf)
+                lacking = off + HEADER_SIZE > len(buf) or outcome == SHORT
+                if lacking and have_end < seg_end:
+                    want = min(_READ_CHUNK, max(_FIRST_READ, len(buf) * 2))
+                    if outcome == SHORT:
+                        want = max(want, pend - off)
+                    chunk = _pread(
+                        fd,
+                        min(want, seg_end - have_end),
+                        SEGMENT_HEADER_SIZE + have_end - seg.base,
+                        seg.path,
+                    )
+                    if chunk:
+                        buf = buf[off:] + chunk
+                        buf_pos = pos
+                        continue
+                break
+            off = pos - buf_pos
+            at_eof = pos == seg_end
+            if not newest:
+                if outcome == END and at_eof and not pending:
+                    idx += 1
+                    continue
+                raise CorruptionError(
+                    f"{self.label}: damaged or missing data in a sealed segment at position {pos}",
+                    path=seg.path,
+                    offset=SEGMENT_HEADER_SIZE + pos - seg.base,
+                )
+            # newest segment: classify the tail
+            state.path = seg.path
+            state.tail_pos = state.end
+            state.file_offset = SEGMENT_HEADER_SIZE + state.end - seg.base
+            if outcome == END and at_eof and not pending:
+                if self._newer_segment_appeared():
+                    idx += 1
+                    continue
+                state.tail = "clean"
+                return
+            if outcome == END:
+                if not strict:
+                    state.tail = "uncommitted" if pending else "clean"
+                    return
+                if self._all_zero(fd, seg, pos, seg_end):
+                    state.tail = "torn" if pending else "clean"
+                    state.detail = "records without a commit at the end" if pending else ""
+                    state.dropped = pos - state.end
+                    return
+                state.tail = "corrupt"
+                state.detail = f"zeroed bytes at position {pos} followed by data"
+                return
+            if outcome == SHORT:
+                state.tail = "torn"
+                state.detail = f"record at position {pos} is cut off by the end of the file"
+                state.dropped = seg_end - state.end
+                return
+            # BAD: a complete frame that fails its checks
+            frame_end = pos + (pend - off)
+            if not strict:
+                state.tail = "uncommitted"
+                return
+            if self._all_zero(fd, seg, frame_end, seg_end):
+                state.tail = "torn"
+                state.detail = (
+                    f"final record at position {pos} fails its checksum and nothing follows it"
+                )
+                state.dropped = frame_end - state.end
+                return
+            state.tail = "corrupt"
+            state.detail = (
+                f"record at position {pos} fails its checksum ({TYPE_NAMES.get(rtype, rtype)})"
+            )
+            state.tail_pos = pos
+            state.file_offset = SEGMENT_HEADER_SIZE + pos - seg.base
+            return
+        return
+
+    def _newer_segment_appeared(self) -> bool:
+        before = len(self.segments)
+        self.list_segments()
+        return len(self.segments) > before
+
+    def _all_zero(self, fd: int, seg: Segment, start: int, end: int) -> bool:
+        off = SEGMENT_HEADER_SIZE + start - seg.base
+        stop = SEGMENT_HEADER_SIZE + end - seg.base
+        while off < stop:
+            chunk = _pread(fd, min(_READ_CHUNK, stop - off), off, seg.path)
+            if not chunk:
+                break
+            if chunk.count(0) != len(chunk):
+                return False
+            off += len(chunk)
+        return True
+
+    # ---------------------------------------------------------------- writing
+    def open_writer(self, end: int) -> None:
+        """Prepare to append at `end` (the end of the last commit, after recovery)."""
+        seg = self.segments[-1]
+        if self._writer is not None and self._writer.seg.path == seg.path:
+            w = self._writer
+            with w.cond:
+                w.data_end = end
+                w.synced_end = min(w.synced_end, end)
+            return
+        self.close_writer()
+        try:
+            fd = os.open(seg.path, os.O_RDWR)
+            size = os.fstat(fd).st_size
+        except OSError as exc:
+            raise StorageError(f"cannot open {seg.path} for writing: {exc.strerror}") from exc
+        alloc_end = seg.base + max(size - SEGMENT_HEADER_SIZE, 0)
+        self._writer = _Writer(fd=fd, seg=seg, data_end=end, alloc_end=alloc_end, synced_end=end)
+
+    @property
+    def writer_end(self) -> int:
+        assert self._writer is not None
+        return self._writer.data_end
+
+    def truncate_tail(self, end: int) -> None:
+        """Cut the newest segment back to `end` durably (recovery of a torn tail)."""
+        seg = self.segments[-1]
+        if end < seg.base:
+            raise CorruptionError(
+                f"{self.label}: cannot truncate into a sealed segment", path=seg.path
+            )
+        self.close_writer()
+        try:
+            fd = os.open(seg.path, os.O_RDWR)
+        except OSError as exc:
+            raise StorageError(f"cannot open {seg.path}: {exc.strerror}") from exc
+        try:
+            fsio.truncate(fd, SEGMENT_HEADER_SIZE + end - seg.base, seg.path)
+            fsio.sync_file(fd, seg.path)
+        finally:
+            os.close(fd)
+
+    def remove_empty_newest(self) -> None:
+        """Drop a newest segment whose header never got written (crash during a roll)."""
+        seg = self.segments[-1]
+        if len(self.segments) > 1:
+            fsio.unlink(seg.path)
+            fsio.sync_dir(self.dir)
+            self.list_segments()
+        else:
+            _create_segment_file(seg.path, self.kind, 0, replace=True)
+
+    def write(self, data: bytes) -> int:
+        """Append `data` (whole commits) at the writer's end; return the new end.
+
+        Not durable until `wait_durable(end)`. On failure the bytes are zeroed
+        again so no partial commit is left behind.
+        """
+        w = self._writer
+        assert w is not None, "open_writer first"
+        if w.poisoned:
+            raise StorageError(
+                f"{self.label}: log is unusable after an earlier failure: {w.poisoned}"
+            )
+        if w.data_end - w.seg.base >= self.segment_bytes:
+            self._roll()
+            w = self._writer
+            assert w is not None
+        start = w.data_end
+        end = start + len(data)
+        if end > w.alloc_end:
+            grow = min(max(w.alloc_end - w.seg.base, _PREALLOC_MIN), _PREALLOC_MAX)
+            new_alloc = max(end, start + grow)
+            zeros = bytes(new_alloc - w.alloc_end)
+            fsio.pwrite(w.fd, zeros, SEGMENT_HEADER_SIZE + w.alloc_end - w.seg.base, w.seg.path)
+            w.alloc_end = new_alloc
+        off = SEGMENT_HEADER_SIZE + start - w.seg.base
+        try:
+            fsio.pwrite(w.fd, data, off, w.seg.path)
+        except StorageError:
+            try:
+                fsio.pwrite(w.fd, bytes(len(data)), off, w.seg.path)
+            except StorageError as again:
+                w.poisoned = str(again)
+            raise
+        with w.cond:
+            w.data_end = end
+        return end
+
+    def wait_durable(self, end: int) -> None:
+        """Return once every byte before `end` is on stable storage (group commit)."""
+        w = self._writer
+        assert w is not None
+        with w.cond:
+            while w.synced_end < end:
+                if w.poisoned:
+                    raise StorageError(f"{self.label}: fdatasync failed earlier: {w.poisoned}")
+                if w.syncing:
+                    w.cond.wait()
+                    continue
+                w.syncing = True
+                target = w.data_end
+                w.cond.release()
+                try:
+                    fsio.sync_data(w.fd, w.seg.path)
+                except StorageError as exc:
+                    w.cond.acquire()
+                    w.poisoned = str(exc)
+                    w.syncing = False
+                    w.cond.notify_all()
+                    raise
+                w.cond.acquire()
+                w.syncing = False
+                w.synced_end = max(w.synced_end, target)
+                w.cond.notify_all()
+
+    def _roll(self) -> None:
+        w = self._writer
+        assert w is not None
+        with w.cond:
+            while w.syncing:
+                w.cond.wait()
+            size = SEGMENT_HEADER_SIZE + w.data_end - w.seg.base
+            fsio.truncate(w.fd, size, w.seg.path)
+            fsio.sync_file(w.fd, w.seg.path)
+            w.synced_end = w.data_end
+        base = w.data_end
+        path = os.path.join(self.dir, segment_name(base))
+        _create_segment_file(path, self.kind, base)
+        fsio.sync_dir(self.dir)
+        os.close(w.fd)
+        self.list_segments()
+        fd = os.open(path, os.O_RDWR)
+        self._writer = _Writer(
+            fd=fd, seg=self.segments[-1], data_end=base, alloc_end=base, synced_end=base
+        )
+
+    def close_writer(self) -> None:
+        if self._writer is not None:
+            with self._writer.cond:
+                while self._writer.syncing:
+                    self._writer.cond.wait()
+            os.close(self._writer.fd)
+            self._writer = None
+
+    def close(self) -> None:
+        self.close_writer()
+        with self._fd_lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+
+
+def _create_segment_file(path: str, kind: int, base: int, *, replace: bool = False) -> None:
+    flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if replace else os.O_EXCL)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        raise StorageError(f"cannot create segment {path}: {exc.strerror}") from exc
+    try:
+        fsio.pwrite(fd, encode_segment_header(kind, base), 0, path)
+        fsio.sync_file(fd, path)
+    finally:
+        os.close(fd)
+
+
+def _pread(fd: int, size: int, offset: int, path: str) -> bytes:
+    try:
+        return os.pread(fd, size, offset)
+    except OSError as exc:
+        raise StorageError(f"read failed on {path} at offset {offset}: {exc.strerror}") from exc
+
+
+def _crc_at(buf: bytes | memoryview, off: int) -> int:
+    return int.from_bytes(bytes(buf[off : off + 4]), "little")

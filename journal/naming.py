@@ -1,0 +1,27 @@
+"""Map arbitrary session ids and state scopes to safe, portable directory names.
+
+A name is `<slug>-<digest>`: the slug is a short, lowercase, cosmetic hint taken
+from the id (so a person listing `sessions/` can recognise it); the digest is
+26 base32 characters (130 bits) of SHA-256 over the id's UTF-8 bytes, so ids
+that differ in any way, case included, get different names on case-insensitive
+and Windows filesystems too. Names never contain a path separator, never start
+with a dot and never equal a reserved device name. The identity file inside the
+directory stores the exact id and is checked on every open, so a digest
+collision is detected, never silently shared.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+
+_SLUG_BAD = re.compile(r"[^a-z0-9_-]+")
+SLUG_MAX = 24
+
+
+def dir_name(ident: str) -> str:
+    digest = hashlib.sha256(ident.encode("utf-8")).digest()
+    tag = base64.b32encode(digest).decode("ascii").lower()[:26]
+    slug = _SLUG_BAD.sub("_", ident.lower())[:SLUG_MAX].strip("_")
+    return f"{slug}-{tag}" if slug else tag

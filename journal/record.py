@@ -1,0 +1,139 @@
+"""Record framing: the bytes of one log record, and scanning a buffer of them.
+
+A record is a 10-byte header followed by the payload (see FORMAT.md):
+
+    offset size field
+    0      4    crc32    zlib CRC-32 of bytes 4..(10 + length): length, type, flags, payload
+    4      4    length   payload length in bytes (little-endian u32)
+    8      1    type     record type (1..); 0 is invalid so zeroed space never parses
+    9      1    flags    bit 0: payload is zstd-compressed; bit 1: record closes a commit
+
+Records between two commit-closing records (the latter included) form one
+commit: readers and recovery accept them together or not at all.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import zstandard
+
+from .errors import CorruptionError
+
+HEADER = struct.Struct("<IIBB")
+HEADER_SIZE = HEADER.size  # 10
+
+# Record types. 0 is never written: preallocated (zeroed) space reads as "no record".
+CHECKPOINT = 1
+TRANSCRIPT = 2
+EXECUTION = 3
+EVENT = 4
+COMMIT = 5
+CATALOG = 6
+TYPE_NAMES = {
+    CHECKPOINT: "checkpoint",
+    TRANSCRIPT: "transcript",
+    EXECUTION: "execution",
+    EVENT: "event",
+    COMMIT: "commit",
+    CATALOG: "catalog",
+}
+
+FLAG_ZSTD = 0x01
+FLAG_COMMIT = 0x02
+KNOWN_FLAGS = FLAG_ZSTD | FLAG_COMMIT
+
+# Payloads at least this large are compressed when that saves at least 1/8.
+COMPRESS_MIN = 512
+MAX_PAYLOAD = 0xFFFF_FFFF
+
+_local = threading.local()
+
+
+def _compressor() -> Any:
+    c = getattr(_local, "cctx", None)
+    if c is None:
+        c = zstandard.ZstdCompressor(level=3)
+        _local.cctx = c
+    return c
+
+
+def _decompressor() -> Any:
+    d = getattr(_local, "dctx", None)
+    if d is None:
+        d = zstandard.ZstdDecompressor()
+        _local.dctx = d
+    return d
+
+
+def frame(rtype: int, payload: bytes, *, commit: bool, compress: bool = True) -> bytes:
+    """Return the bytes of one record carrying `payload` (compressed when worthwhile)."""
+    flags = FLAG_COMMIT if commit else 0
+    if compress and len(payload) >= COMPRESS_MIN:
+        packed = _compressor().compress(payload)
+        if len(packed) <= len(payload) - (len(payload) >> 3):
+            payload = packed
+            flags |= FLAG_ZSTD
+    body = struct.pack("<IBB", len(payload), rtype, flags) + payload
+    return struct.pack("<I", zlib.crc32(body)) + body
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One decoded record: where it is, what it is, and its (decompressed) payload."""
+
+    pos: int  # log position of the record's first header byte
+    size: int  # header + stored payload bytes
+    rtype: int
+    flags: int
+    payload: bytes
+    crc: int = 0  # the frame's stored checksum (identifies the record in cache anchors)
+
+    @property
+    def commits(self) -> bool:
+        return bool(self.flags & FLAG_COMMIT)
+
+
+def open_payload(rtype: int, flags: int, stored: bytes, *, path: str, offset: int) -> bytes:
+    if not flags & FLAG_ZSTD:
+        return stored
+    try:
+        return bytes(_decompressor().decompress(stored))
+    except zstandard.ZstdError as exc:
+        raise CorruptionError(
+            f"zstd payload does not decompress: {exc}", path=path, offset=offset
+        ) from exc
+
+
+# Outcomes of parsing at one offset.
+OK = 0
+END = 1  # zeroed space or exactly the end of the buffer: no record here
+SHORT = 2  # a record starts here but the buffer ends inside it
+BAD = 3  # a complete frame whose checksum, type or flags are wrong
+
+
+def parse_at(buf: bytes | memoryview, off: int) -> tuple[int, int, int, int, int]:
+    """Parse the frame at `off`: (outcome, rtype, flags, payload_start, payload_end)."""
+    n = len(buf)
+    if off == n:
+        return END, 0, 0, 0, 0
+    if off + HEADER_SIZE > n:
+        if not any(bytes(buf[off:n])):
+            return END, 0, 0, 0, 0
+        return SHORT, 0, 0, 0, 0
+    crc, length, rtype, flags = HEADER.unpack_from(buf, off)
+    if crc == 0 and length == 0 and rtype == 0 and flags == 0:
+        return END, 0, 0, 0, 0
+    start = off + HEADER_SIZE
+    end = start + length
+    if end > n:
+        return SHORT, rtype, flags, start, end
+    if rtype == 0 or rtype not in TYPE_NAMES or flags & ~KNOWN_FLAGS:
+        return BAD, rtype, flags, start, end
+    if zlib.crc32(buf[off + 4 : end]) != crc:
+        return BAD, rtype, flags, start, end
+    return OK, rtype, flags, start, end

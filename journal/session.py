@@ -1,0 +1,762 @@
+"""One session: its directory, its log, the head state derived from it, and its caches.
+
+The log is the only source of truth. Everything else here is derived from it:
+- `Head`: what the latest commit left behind (latest checkpoint header and full
+  context, event counter, journal rules, receipts, timestamps). Kept in memory
+  and in the `snapshot` file, so opening a session costs O(tail), not O(history).
+- four `Index` files mapping event / checkpoint / transcript / execution
+  sequences to log positions, so pages cost O(page).
+
+A commit is built from the head, written with one `write` while holding the
+session's lock (thread lock + cross-process flock), applied to the head, and
+then made durable with a shared fdatasync (group commit) after the lock is
+released. Readers never take the lock: they read committed records past what
+they know ("refresh") and never see bytes that a commit record does not close.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from . import eventrules, payloads
+from .context import plan_context
+from .errors import (
+    ContractViolationError,
+    CorruptionError,
+    JournalError,
+    NotFoundError,
+)
+from .eventrules import EventRules
+from .index import (
+    KIND_CHECKPOINTS,
+    KIND_EVENTS,
+    KIND_EXECUTIONS,
+    KIND_TRANSCRIPTS,
+    REMOVED,
+    Index,
+    IndexDoubtError,
+)
+from .locks import FileLock
+from .log import KIND_SESSION, Log, ScanState
+from .metafile import KIND_IDENTITY, KIND_SNAPSHOT, read_meta, write_meta
+from .payloads import (
+    COMMIT_SAVE,
+    CheckpointPayload,
+    CommitPayload,
+    EventPayload,
+    ExecutionPayload,
+    TranscriptPayload,
+)
+from .record import CHECKPOINT, COMMIT, EVENT, EXECUTION, TRANSCRIPT, Record, frame
+from .types import (
+    Checkpoint,
+    Event,
+    ExecutionRecord,
+    JournalEvent,
+    TimestampedEvent,
+    TranscriptBatch,
+)
+
+IDENTITY_FILE = "SESSION"
+LOCK_FILE = "LOCK"
+SNAPSHOT_FILE = "snapshot"
+LOG_DIR = "log"
+FORMAT_VERSION = 1
+
+
+class SessionIdentity(msgspec.Struct):
+    """The immutable identity file of a session directory."""
+
+    session_id: str
+    parent_session_id: str | None = None
+    parent_sequence: int | None = None
+    created_at: int = 0  # Unix seconds
+    format: int = FORMAT_VERSION
+
+
+class Head(msgspec.Struct):
+    """State derived from the log up to `covered` (also the snapshot's payload)."""
+
+    covered: int = 0  # log position after the last applied commit
+    anchor_pos: int = 0  # position and crc of that commit's closing record
+    anchor_crc: int = 0
+    sequence: int = -1  # latest checkpoint sequence; -1: no checkpoint yet
+    checkpoint_pos: int = -1
+    checkpoint_size: int = 0
+    header: msgspec.Raw | None = None  # latest checkpoint without its context
+    epoch: int = 0
+    context: list[msgspec.Raw] = msgspec.field(default_factory=list)
+    ctx_pos: int = -1  # newest checkpoint record that carries context items (this epoch)
+    event_counter: int = 0
+    rules: EventRules = msgspec.field(default_factory=EventRules)
+    receipts: list[str] = msgspec.field(default_factory=list)
+    created_at: int = 0
+    updated_at: int = 0
+    first_user_message: str | None = None
+    transcripts: int = 0
+    executions: int = 0
+    commits: int = 0
+
+
+class _FirstUserMessage(msgspec.Struct):
+    first_user_message: str | None = None
+
+
+_decode_fum = msgspec.msgpack.Decoder(_FirstUserMessage).decode
+_decode_head = msgspec.msgpack.Decoder(Head).decode
+_decode_identity = msgspec.msgpack.Decoder(SessionIdentity).decode
+_decode_checkpoint = msgspec.msgpack.Decoder(Checkpoint).decode
+_decode_any = msgspec.msgpack.Decoder().decode
+_encode = msgspec.msgpack.Encoder().encode
+
+
+@dataclass
+class SessionOptions:
+    durable: bool = True
+    segment_bytes: int = 64 << 20
+    lock_timeout: float = 10.0
+    max_record_bytes: int = 64 << 20
+    snapshot_bytes: int = 1 << 20  # write a snapshot after this much new log
+    index_flush_entries: int = 4096
+
+
+@dataclass
+class Recovery:
+    """What opening for write had to drop (a torn tail), for reports."""
+
+    path: str
+    from_pos: int
+    dropped_bytes: int
+    detail: str
+
+
+class Session:
+    def __init__(self, directory: str, session_id: str, options: SessionOptions):
+        self.dir = directory
+        self.id = session_id
+        self.options = options
+        self.identity = self._read_identity()
+        if self.identity.session_id != session_id:
+            raise CorruptionError(
+                f"session directory belongs to {self.identity.session_id!r}, not {session_id!r}",
+                path=os.path.join(directory, IDENTITY_FILE),
+            )
+        self.log = Log(
+            os.path.join(directory, LOG_DIR),
+            KIND_SESSION,
+            segment_bytes=options.segment_bytes,
+            label=f"session {session_id!r}",
+        )
+        self.flock = FileLock(os.path.join(directory, LOCK_FILE), f"session {session_id!r}")
+        self._write_lock = threading.Lock()
+        self._state_lock = threading.RLock()
+        self.indexes = {
+            k: Index(directory, k)
+            for k in (KIND_EVENTS, KIND_CHECKPOINTS, KIND_TRANSCRIPTS, KIND_EXECUTIONS)
+        }
+        self.head = Head()
+        self._receipts: set[str] = set()
+        self._snapshot_covered = 0
+        self._snapshot_size = 0
+        self._recovered = False
+        self.recovery: Recovery | None = None
+        self.tail_state = ScanState()
+        self._open_caches()
+
+    # ---------------------------------------------------------------- identity
+    def _read_identity(self) -> SessionIdentity:
+        path = os.path.join(self.dir, IDENTITY_FILE)
+        try:
+            raw = read_meta(path, KIND_IDENTITY)
+        except FileNotFoundError as exc:
+            raise CorruptionError("session identity file is missing", path=path) from exc
+        try:
+            return _decode_identity(raw)
+        except msgspec.DecodeError as exc:
+            raise CorruptionError(f"session identity does not decode: {exc}", path=path) from exc
+
+    @staticmethod
+    def write_identity(directory: str, identity: SessionIdentity) -> None:
+        write_meta(
+            os.path.join(directory, IDENTITY_FILE), KIND_IDENTITY, _encode(identity), durable=True
+        )
+
+    @staticmethod
+    def build(directory: str, identity: SessionIdentity) -> None:
+        """Lay out a new, empty session directory durably (caller publishes it by rename)."""
+        os.makedirs(directory, exist_ok=True)
+        Session.write_identity(directory, identity)
+        Log.create(os.path.join(directory, LOG_DIR), KIND_SESSION)
+        open(os.path.join(directory, LOCK_FILE), "ab").close()
+
+    # ------------------------------------------------------------ cache loading
+    def _open_caches(self) -> None:
+        """Adopt snapshot and indexes when they match the log, then read the tail."""
+        head = self._load_snapshot()
+        for idx in self.indexes.values():
+            if idx.load() and not self._anchor_ok(idx.file_covered, idx.file_anchor):
+                idx.reset()
+        if head is not None:
+            self.head = head
+            self._receipts = set(head.receipts)
+            self._snapshot_covered = head.covered
+        self._catch_up(strict=False)
+
+    def _load_snapshot(self) -> Head | None:
+        path = os.path.join(self.dir, SNAPSHOT_FILE)
+        try:
+            raw = read_meta(path, KIND_SNAPSHOT)
+            head = _decode_head(raw)
+        except FileNotFoundError:
+            return None
+        except (JournalError, msgspec.DecodeError):
+            return None  # a damaged cache is rebuilt from the log, never an error
+        if not self._anchor_ok(head.covered, (head.anchor_pos, head.anchor_crc)):
+            return None
+        self._snapshot_size = len(raw)
+        return head
+
+    def _anchor_ok(self, covered: int, anchor: tuple[int, int]) -> bool:
+        """Does the log still end a commit at `covered` with the same closing record?"""
+        if covered == 0:
+            return True
+        pos, crc = anchor
+        if pos >= covered:
+            return False
+        try:
+            rec = self.log.read_record(pos, covered - pos)
+        except JournalError:
+            return False
+        return rec.commits and rec.crc == crc
+
+    def _catch_up(self, *, strict: bool) -> ScanState:
+        """Apply every committed record past what the head and indexes know."""
+        with self._state_lock:
+            start = min([self.head.covered] + [i.covered for i in self.indexes.values()])
+            state = ScanState()
+            for commit in self.log.committed(start, state, strict=strict):
+                self._apply(commit, None)
+            self.tail_state = state
+            return state
+
+    def _rebuild_indexes(self) -> None:
+        """Forget the index files; the next catch-up re-reads the whole log."""
+        for idx in self.indexes.values():
+            idx.discard_file()
+
+    # ----------------------------------------------------------------- applying
+    def _apply(self, commit: list[Record], built: list[Any] | None) -> None:
+        """Fold one committed record group into the head and the indexes.
+
+        `built` holds the payload objects when the writer just encoded them
+        (saves a decode); otherwise payloads are decoded from the records. Each
+        structure takes the commit only if it does not reflect it yet.
+        """
+        head = self.head
+        first = commit[0].pos
+        commit_end = commit[-1].pos + commit[-1].size
+        to_head = first >= head.covered
+        fresh = {k: first >= idx.covered for k, idx in self.indexes.items()}
+        if not to_head and not any(fresh.values()):
+            return
+        for k, rec in enumerate(commit):
+            obj = built[k] if built is not None else None
+            rtype = rec.rtype
+            kind = _INDEX_OF.get(rtype)
+            if kind is None:
+                if rtype != COMMIT:
+                    raise CorruptionError(
+                        f"unexpected record type {rtype} in a session log",
+                        path=self.log.label,
+                        offset=rec.pos,
+                    )
+                continue
+            p: Any = obj if obj is not None else _decode_payload(_DECODERS[rtype], rec, self)
+            if fresh[kind]:
+                idx = self.indexes[kind]
+                idx.append(
+                    p.sequence, rec.pos, rec.size, REMOVED if rtype == EVENT and p.transient else 0
+                )
+                if rtype == EVENT:
+                    for r in p.removes:
+                        if 0 < r <= idx.count:
+                            idx.mark_removed(r - 1)
+            if not to_head:
+                continue
+            if rtype == EVENT:
+                if p.sequence != head.event_counter + 1:
+                    raise CorruptionError(
+                        f"event sequence {p.sequence} follows {head.event_counter}",
+                        path=self.log.label,
+                        offset=rec.pos,
+                    )
+                head.event_counter = p.sequence
+                if built is None:
+                    eventrules.replay(
+                        head.rules, p.sequence, p.recorded_at_ms, p.event, p.transient
+                    )
+            elif rtype == CHECKPOINT:
+                self._apply_checkpoint(p, rec)
+            elif rtype == TRANSCRIPT:
+                head.transcripts += 1
+            else:
+                head.executions += 1
+        for k, idx in self.indexes.items():
+            if fresh[k]:
+                idx.covered = commit_end
+        if to_head:
+            last = commit[-1]
+            head.covered = commit_end
+            head.anchor_pos, head.anchor_crc = last.pos, last.crc
+            head.commits += 1
+
+    def _apply_checkpoint(self, p: CheckpointPayload, rec: Record) -> None:
+        head = self.head
+        if head.sequence >= 0 and p.epoch == head.epoch and p.base != len(head.context):
+            raise CorruptionError(
+                f"checkpoint {p.sequence} extends {p.base} context items,"
+                f" {len(head.context)} stored",
+                path=self.log.label,
+                offset=rec.pos,
+            )
+        if p.base == 0:
+            head.context = list(p.items)
+        elif p.items:
+            head.context.extend(p.items)
+        if p.items:
+            head.ctx_pos = rec.pos
+        elif p.base == 0:
+            head.ctx_pos = -1
+        if head.sequence < 0:
+            head.created_at = p.updated_at
+        head.epoch = p.epoch
+        head.sequence = p.sequence
+        head.checkpoint_pos, head.checkpoint_size = rec.pos, rec.size
+        head.header = p.header
+        head.updated_at = p.updated_at
+        if head.first_user_message is None:
+            head.first_user_message = _decode_fum(p.header).first_user_message
+        for r in p.receipts:
+            if r not in self._receipts:
+                self._receipts.add(r)
+                head.receipts.append(r)
+
+    # ------------------------------------------------------------------ writing
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the session's write lock (threads, then processes) with the head current."""
+        with self._write_lock:
+            self.flock.acquire(self.options.lock_timeout)
+            try:
+                self._check_still_published()
+                state = self._catch_up(strict=not self._recovered)
+                if state.tail != "clean":
+                    state = self._recover(state)
+                self._recovered = True
+                self.log.open_writer(self.head.covered)
+                yield
+            finally:
+                self.flock.release()
+
+    def _check_still_published(self) -> None:
+        if not os.path.exists(os.path.join(self.dir, IDENTITY_FILE)):
+            raise NotFoundError(f"session {self.id!r} was deleted")
+
+    def _recover(self, state: ScanState) -> ScanState:
+        """Under the lock: nobody else is writing, so an unfinished tail is a crash."""
+        if state.tail in ("uncommitted",):
+            state = self._catch_up(strict=True)
+        if state.tail == "corrupt":
+            raise CorruptionError(
+                f"session {self.id!r}: {state.detail}; committed data before it is readable,"
+                " `journal repair` can cut the log there",
+                path=state.path,
+                offset=state.file_offset,
+            )
+        if state.tail == "torn":
+            if state.detail == "segment header incomplete":
+                self.log.remove_empty_newest()
+            else:
+                self.log.truncate_tail(state.end)
+            self.recovery = Recovery(state.path, state.end, state.dropped, state.detail)
+            state = self._catch_up(strict=True)
+        return state
+
+    def commit(self, records: list[tuple[int, Any]], kind: int, cp_seq: int) -> int:
+        """Frame, write and apply one commit (caller holds `writing()`); return its end."""
+        start = self.log.writer_end
+        frames: list[bytes] = []
+        recs: list[Record] = []
+        objs: list[Any] = []
+        pos = start
+        first_event = last_event = 0
+        for rtype, obj in records:
+            payload = _encode(obj)
+            if len(payload) > self.options.max_record_bytes:
+                raise_too_large(rtype, len(payload), self.options.max_record_bytes)
+            data = frame(rtype, payload, commit=False)
+            frames.append(data)
+            recs.append(Record(pos, len(data), rtype, 0, b""))
+            objs.append(obj)
+            pos += len(data)
+            if rtype == EVENT:
+                last_event = obj.sequence
+                first_event = first_event or obj.sequence
+        closing = CommitPayload(kind, cp_seq, first_event, last_event, int(time.time() * 1000))
+        data = frame(COMMIT, _encode(closing), commit=True, compress=False)
+        frames.append(data)
+        recs.append(Record(pos, len(data), COMMIT, 0x02, b"", int.from_bytes(data[:4], "little")))
+        objs.append(closing)
+        end = self.log.write(b"".join(frames))
+        with self._state_lock:
+            self._apply(recs, objs)
+        return end
+
+    def after_commit(self) -> None:
+        """Cache upkeep, still under the lock: flush indexes, write a snapshot now and then."""
+        head = self.head
+        pending = sum(i.pending for i in self.indexes.values())
+        grown = head.covered - self._snapshot_covered
+        if grown >= max(self.options.snapshot_bytes, self._snapshot_size):
+            self.flush_caches()
+        elif pending >= self.options.index_flush_entries:
+            self._flush_indexes()
+
+    def flush_caches(self) -> None:
+        with self._state_lock:
+            self._flush_indexes()
+            raw = _encode(self.head)
+            write_meta(os.path.join(self.dir, SNAPSHOT_FILE), KIND_SNAPSHOT, raw, durable=False)
+            self._snapshot_covered = self.head.covered
+            self._snapshot_size = len(raw)
+
+    def _flush_indexes(self) -> None:
+        anchor = (self.head.anchor_pos, self.head.anchor_crc)
+        for idx in self.indexes.values():
+            idx.flush(self.head.covered, anchor)
+
+    def wait_durable(self, end: int) -> None:
+        if self.options.durable:
+            self.log.wait_durable(end)
+
+    # ------------------------------------------------------------------ saving
+    def save(
+        self,
+        checkpoint: Checkpoint,
+        transcript_delta: list[Any],
+        execution: ExecutionRecord | None,
+        events: list[TimestampedEvent],
+        *,
+        now: int,
+    ) -> list[JournalEvent]:
+        """The body of `save_with_events` (validated input; caller handles catalog)."""
+        header = msgspec.Raw(_encode(msgspec.structs.replace(checkpoint, context=[])))
+        transcript_items = [msgspec.Raw(_encode(item)) for item in transcript_delta]
+        with self.writing():
+            head = self.head
+            if head.sequence >= 0 and checkpoint.sequence <= head.sequence:
+                raise ContractViolationError(
+                    f"checkpoint sequence did not advance (session {self.id!r}: stored "
+                    f"{head.sequence}, got {checkpoint.sequence})"
+                )
+            stored = [bytes(r) for r in head.context] if head.sequence >= 0 else None
+            base, tail = plan_context(
+                stored, head.epoch, checkpoint.context, checkpoint.context_epoch
+            )
+            seq = checkpoint.sequence
+            receipts = []
+            seen = set()
+            for msg in checkpoint.pending_messages:
+                if msg.id not in self._receipts and msg.id not in seen:
+                    seen.add(msg.id)
+                    receipts.append(msg.id)
+            prev_ctx = head.ctx_pos if base else -1
+            records: list[tuple[int, Any]] = [
+                (
+                    CHECKPOINT,
+                    CheckpointPayload(
+                        seq,
+                        now,
+                        checkpoint.context_epoch,
+                        base,
+                        prev_ctx,
+                        header,
+                        [msgspec.Raw(t) for t in tail],
+                        receipts,
+                    ),
+                )
+            ]
+            if transcript_items:
+                records.append((TRANSCRIPT, TranscriptPayload(seq, now, transcript_items)))
+            if execution is not None:
+                records.append((EXECUTION, ExecutionPayload(seq, execution)))
+            rules = head.rules.copy()
+            journal: list[JournalEvent] = []
+            counter = head.event_counter
+            for te in events:
+                counter += 1
+                removes, transient, metrics = eventrules.plan(
+                    rules, counter, te.recorded_at_ms, te.event
+                )
+                records.append(
+                    (
+                        EVENT,
+                        EventPayload(
+                            counter, te.recorded_at_ms, te.event, metrics, removes, transient
+                        ),
+                    )
+                )
+                journal.append(
+                    JournalEvent(
+                        sequence=counter,
+                        recorded_at_ms=te.recorded_at_ms,
+                        event=te.event,
+                        stream_metrics=metrics,
+                    )
+                )
+            end = self.commit(records, COMMIT_SAVE, seq)
+            head.rules = rules
+            self.after_commit()
+        self.wait_durable(end)
+        return journal
+
+    def append_event(self, recorded_at_ms: int, event: Event) -> JournalEvent:
+        with self.writing():
+            head = self.head
+            if head.sequence < 0:
+                raise NotFoundError(
+                    f"event journal session does not exist: {self.id!r} (save a checkpoint first)"
+                )
+            rules = head.rules.copy()
+            seq = head.event_counter + 1
+            removes, transient, metrics = eventrules.plan(rules, seq, recorded_at_ms, event)
+            payload = EventPayload(seq, recorded_at_ms, event, metrics, removes, transient)
+            end = self.commit_single(payload)
+            head.rules = rules
+            self.after_commit()
+        self.wait_durable(end)
+        return JournalEvent(
+            sequence=seq, recorded_at_ms=recorded_at_ms, event=event, stream_metrics=metrics
+        )
+
+    def commit_single(self, payload: EventPayload) -> int:
+        """An event on its own is a one-record commit: the event record closes itself."""
+        raw = _encode(payload)
+        if len(raw) > self.options.max_record_bytes:
+            raise_too_large(EVENT, len(raw), self.options.max_record_bytes)
+        data = frame(EVENT, raw, commit=True)
+        start = self.log.writer_end
+        end = self.log.write(data)
+        rec = Record(start, len(data), EVENT, 0x02, b"", int.from_bytes(data[:4], "little"))
+        with self._state_lock:
+            self._apply([rec], [payload])
+        return end
+
+    # ------------------------------------------------------------------ reading
+    def refresh(self) -> None:
+        """Pick up commits other processes appended (readers never lock)."""
+        self._catch_up(strict=False)
+
+    @property
+    def exists(self) -> bool:
+        return self.head.sequence >= 0
+
+    def load(self) -> Checkpoint | None:
+        with self._state_lock:
+            head = self.head
+            if head.header is None:
+                return None
+            header, context = bytes(head.header), [bytes(r) for r in head.context]
+        cp = _decode_checkpoint(header)
+        cp.context = [_decode_any(c) for c in context]
+        return cp
+
+    def receipt(self, submission_id: str) -> bool:
+        return submission_id in self._receipts
+
+    def _read(self, entries: list[tuple[int, int, int, int]]) -> list[Record]:
+        return self.log.read_records([(e[1], e[2]) for e in entries])
+
+    def _with_index_retry(self, fn: Any) -> Any:
+        try:
+            return fn()
+        except (IndexDoubtError, CorruptionError):
+            # An index pointing at the wrong bytes is a cache problem: rebuild and retry.
+            # If the log itself is damaged, the retry raises the precise error.
+            with self._state_lock:
+                self._rebuild_indexes()
+                self._catch_up(strict=False)
+            return fn()
+
+    def event_page(
+        self, before: int | None, limit: int
+    ) -> tuple[int, list[JournalEvent], int | None]:
+        def run() -> tuple[int, list[JournalEvent], int | None]:
+            with self._state_lock:
+                latest = self.head.event_counter
+                entries, more = self.indexes[KIND_EVENTS].newest_before(before, limit)
+            records = self._read(entries)
+            events = [self._event_of(r, e[0]) for r, e in zip(records, entries, strict=True)]
+            nxt = events[-1].sequence if more and events else None
+            return latest, events, nxt
+
+        result: tuple[int, list[JournalEvent], int | None] = self._with_index_retry(run)
+        return result
+
+    def events_after(self, after: int, limit: int) -> list[JournalEvent]:
+        def run() -> list[JournalEvent]:
+            with self._state_lock:
+                entries = self.indexes[KIND_EVENTS].oldest_after(after, limit)
+            records = self._read(entries)
+            return [self._event_of(r, e[0]) for r, e in zip(records, entries, strict=True)]
+
+        result: list[JournalEvent] = self._with_index_retry(run)
+        return result
+
+    def _event_of(self, rec: Record, seq: int) -> JournalEvent:
+        if rec.rtype != EVENT:
+            raise IndexDoubtError(f"index entry for event {seq} points at a {rec.rtype} record")
+        p = _decode_payload(payloads.event_decoder, rec, self)
+        if p.sequence != seq:
+            raise IndexDoubtError(f"index entry for event {seq} points at event {p.sequence}")
+        return JournalEvent(
+            sequence=p.sequence,
+            recorded_at_ms=p.recorded_at_ms,
+            event=p.event,
+            stream_metrics=p.stream_metrics,
+        )
+
+    def sparse_page(
+        self, kind: int, before: int | None, limit: int
+    ) -> tuple[list[Any], int | None]:
+        rtype, decoder = {
+            KIND_TRANSCRIPTS: (TRANSCRIPT, payloads.transcript_decoder),
+            KIND_EXECUTIONS: (EXECUTION, payloads.execution_decoder),
+            KIND_CHECKPOINTS: (CHECKPOINT, payloads.checkpoint_decoder),
+        }[kind]
+
+        def run() -> tuple[list[Any], int | None]:
+            with self._state_lock:
+                entries, more = self.indexes[kind].newest_before(before, limit)
+            out = []
+            for rec, e in zip(self._read(entries), entries, strict=True):
+                if rec.rtype != rtype:
+                    raise IndexDoubtError(f"index entry {e[0]} points at a {rec.rtype} record")
+                p = _decode_payload(decoder, rec, self)
+                if p.sequence != e[0]:
+                    raise IndexDoubtError(f"index entry {e[0]} points at {p.sequence}")
+                out.append(p)
+            nxt = out[-1].sequence if more and out else None
+            return out, nxt
+
+        result: tuple[list[Any], int | None] = self._with_index_retry(run)
+        return result
+
+    def transcript_page(
+        self, before: int | None, limit: int
+    ) -> tuple[list[TranscriptBatch], int | None]:
+        items, nxt = self.sparse_page(KIND_TRANSCRIPTS, before, limit)
+        return [
+            TranscriptBatch(
+                sequence=p.sequence,
+                created_at=p.created_at,
+                items=[_decode_any(bytes(i)) for i in p.items],
+            )
+            for p in items
+        ], nxt
+
+    def execution_page(
+        self, before: int | None, limit: int
+    ) -> tuple[list[ExecutionRecord], int | None]:
+        items, nxt = self.sparse_page(KIND_EXECUTIONS, before, limit)
+        return [p.record for p in items], nxt
+
+    def checkpoint_at(self, sequence: int) -> Checkpoint | None:
+        """The checkpoint exactly as saved at `sequence` (None if no save had it)."""
+
+        def run() -> Checkpoint | None:
+            with self._state_lock:
+                entry = self.indexes[KIND_CHECKPOINTS].find(sequence)
+            if entry is None:
+                return None
+            rec = self.log.read_record(entry[1], entry[2])
+            if rec.rtype != CHECKPOINT:
+                raise IndexDoubtError(f"checkpoint index entry {sequence} points elsewhere")
+            p = _decode_payload(payloads.checkpoint_decoder, rec, self)
+            if p.sequence != sequence:
+                raise IndexDoubtError(f"checkpoint index entry {sequence} points at {p.sequence}")
+            return self._materialise(p)
+
+        result: Checkpoint | None = self._with_index_retry(run)
+        return result
+
+    def _materialise(self, p: CheckpointPayload) -> Checkpoint:
+        """Rebuild a historical checkpoint's context by walking its epoch's item chain."""
+        chunks: list[list[msgspec.Raw]] = [p.items]
+        base, prev = p.base, p.prev_ctx
+        while base > 0:
+            if prev < 0:
+                raise CorruptionError(
+                    f"checkpoint {p.sequence}: context chain ends with {base} items missing",
+                    path=self.log.label,
+                )
+            rec = self.log.read_record_at(prev)
+            q = _decode_payload(payloads.checkpoint_decoder, rec, self)
+            take = base - q.base
+            if rec.rtype != CHECKPOINT or take <= 0 or take > len(q.items):
+                raise CorruptionError(
+                    f"checkpoint {p.sequence}: context chain is inconsistent at position {prev}",
+                    path=self.log.label,
+                    offset=prev,
+                )
+            chunks.append(q.items[:take])
+            base, prev = q.base, q.prev_ctx
+        cp = _decode_checkpoint(bytes(p.header))
+        cp.context = [_decode_any(bytes(i)) for chunk in reversed(chunks) for i in chunk]
+        return cp
+
+    def close(self) -> None:
+        self.log.close()
+        for idx in self.indexes.values():
+            idx.close()
+        self.flock.close()
+
+
+_INDEX_OF = {
+    EVENT: KIND_EVENTS,
+    CHECKPOINT: KIND_CHECKPOINTS,
+    TRANSCRIPT: KIND_TRANSCRIPTS,
+    EXECUTION: KIND_EXECUTIONS,
+}
+_DECODERS: dict[int, Any] = {
+    EVENT: payloads.event_decoder,
+    CHECKPOINT: payloads.checkpoint_decoder,
+    TRANSCRIPT: payloads.transcript_decoder,
+    EXECUTION: payloads.execution_decoder,
+}
+
+
+def raise_too_large(rtype: int, size: int, limit: int) -> None:
+    from .errors import InvalidInputError
+    from .record import TYPE_NAMES
+
+    raise InvalidInputError(
+        f"{TYPE_NAMES.get(rtype, rtype)} record of {size} bytes exceeds the limit of {limit} bytes"
+    )
+
+
+def _decode_payload(decoder: Any, rec: Record, session: Session) -> Any:
+    try:
+        return decoder.decode(rec.payload)
+    except msgspec.DecodeError as exc:
+        raise CorruptionError(
+            f"record payload does not decode: {exc}", path=session.log.label, offset=rec.pos
+        ) from exc
