@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .aio import AsyncStore, open_async
 from .errors import (
     ContractViolationError,
     CorruptionError,
@@ -19,6 +20,7 @@ from .errors import (
     NotFoundError,
     StorageError,
 )
+from .protocol import CheckpointStore, SyncCheckpointStore
 from .store import Durability, Store
 from .types import (
     CHECKPOINT_VERSION,
@@ -62,6 +64,10 @@ def open(root: str | os.PathLike[str], **options: Any) -> Store:
 
 __all__ = [
     "CHECKPOINT_VERSION",
+    "AsyncStore",
+    "CheckpointStore",
+    "SyncCheckpointStore",
+    "open_async",
     "Checkpoint",
     "ContractViolationError",
     "CorruptionError",

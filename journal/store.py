@@ -22,7 +22,9 @@ from typing import Any, Literal, TypeVar, cast
 import msgspec
 
 from . import validate
+from .catalog import OP_DELETE, OP_UPSERT, Catalog, CatalogRecord, ProcessRegistry, boot_changed
 from .errors import (
+    ContractViolationError,
     CorruptionError,
     FormatVersionError,
     InvalidInputError,
@@ -30,10 +32,12 @@ from .errors import (
     NotFoundError,
     StorageError,
 )
+from .index import KIND_EXECUTIONS
 from .metafile import KIND_MANIFEST, read_meta, write_meta
 from .naming import dir_name
 from .session import Session, SessionIdentity, SessionOptions
 from .state import StateStore
+from .tree import DeleteIntent, Tree
 from .types import (
     Checkpoint,
     Event,
@@ -42,7 +46,13 @@ from .types import (
     ExecutionPage,
     ExecutionPageRequest,
     ExecutionRecord,
+    ExecutionStats,
     JournalEvent,
+    SessionContext,
+    SessionCursor,
+    SessionPage,
+    SessionPageRequest,
+    SessionSummary,
     TimestampedEvent,
     TranscriptPage,
     TranscriptPageRequest,
@@ -122,6 +132,11 @@ class Store:
         self._closed = False
         self._open_root(create)
         self.state = StateStore(self.root, durable=self.options.durable)
+        self.tree = Tree(self.root, lock_timeout)
+        self.registry = ProcessRegistry(self.root)
+        self.catalog = self._open_catalog()
+        self._last_reconcile = 0.0
+        self._startup_recovery()
 
     # ----------------------------------------------------------------- layout
     def _open_root(self, create: bool) -> None:
@@ -142,7 +157,7 @@ class Store:
             raise FormatVersionError(
                 f"store {self.root} has format {info.format}; this version reads {STORE_FORMAT}"
             )
-        for sub in (SESSIONS_DIR, TMP_DIR):
+        for sub in (SESSIONS_DIR, TMP_DIR, "state"):
             os.makedirs(os.path.join(self.root, sub), exist_ok=True)
 
     def _create_root(self, manifest: str) -> None:
@@ -169,6 +184,10 @@ class Store:
         if self._closed:
             raise JournalError("store is closed")
         path = self.session_dir(session_id)
+        if os.path.basename(path) in self.tree.pending_session_dirs():
+            self._finish_orphaned_deletes()
+            if os.path.basename(path) in self.tree.pending_session_dirs():
+                return None  # being deleted by a live process: already gone for readers
         with self._lock:
             sess = self._sessions.get(session_id)
         if sess is not None:
@@ -278,9 +297,13 @@ class Store:
         for e in evs:
             validate.validate_timestamp(e.recorded_at_ms)
             validate.validate_event(e.event)
+        self.registry.note(dir_name(cp.session_id))
         sess = self._session(cp.session_id, create=True)
         assert sess is not None
-        return sess.save(cp, items, rec, evs, now=int(time.time()))
+        journal = sess.save(cp, items, rec, evs, now=int(time.time()))
+        exec_key = (cp.sequence, rec.started_at_ms) if rec is not None else None
+        self._catalog_upsert(sess, exec_key)
+        return journal
 
     @_guard
     def message_accepted(self, session_id: str, submission_id: str) -> bool:
@@ -305,6 +328,7 @@ class Store:
         sess = self._session(session_id)
         if sess is None:
             raise NotFoundError(f"event journal session does not exist: {session_id!r}")
+        self.registry.note(os.path.basename(sess.dir))
         return sess.append_event(recorded_at_ms, ev)
 
     @_guard
@@ -382,6 +406,403 @@ class Store:
         validate.check_json_value(value, "state value")
         self.state.save(scope, key, value)
 
+    # ----------------------------------------------------------------- catalog
+    def _open_catalog(self) -> Catalog:
+        try:
+            catalog = Catalog(
+                self.root, segment_bytes=16 << 20, lock_timeout=self.options.lock_timeout
+            )
+            catalog.refresh()
+            return catalog
+        except CorruptionError:
+            # Derived data: set the damaged catalog aside and rebuild it from the sessions.
+            from . import fsio
+
+            broken = os.path.join(self.root, f"catalog.broken.{uuid.uuid4().hex[:8]}")
+            fsio.rename(os.path.join(self.root, "catalog"), broken)
+            catalog = Catalog(
+                self.root, segment_bytes=16 << 20, lock_timeout=self.options.lock_timeout
+            )
+            catalog.refresh()
+            return catalog
+
+    def _startup_recovery(self) -> None:
+        self._finish_orphaned_deletes()
+        self._clean_tmp()
+        names = os.listdir(os.path.join(self.root, SESSIONS_DIR))
+        if (self.catalog.fresh or boot_changed(self.catalog.dir)) and names:
+            self._reconcile(names)
+        self._reconcile_dead(force=True)
+
+    def _clean_tmp(self) -> None:
+        """Remove half-built directories that a dead process left in tmp/ (older than 10 min)."""
+        import shutil
+
+        tmp = os.path.join(self.root, TMP_DIR)
+        cutoff = time.time() - 600
+        for name in os.listdir(tmp):
+            path = os.path.join(tmp, name)
+            try:
+                if os.stat(path).st_mtime < cutoff:
+                    shutil.rmtree(path, ignore_errors=True)
+            except OSError:
+                continue
+
+    def _reconcile_dead(self, *, force: bool = False) -> None:
+        """Correct the catalog for sessions that a dead process wrote (throttled to 1/s)."""
+        now = time.monotonic()
+        if not force and now - self._last_reconcile < 1.0:
+            return
+        self._last_reconcile = now
+        for path, names in self.registry.dead_registrations():
+            self._reconcile(names)
+            self.registry.forget(path)
+
+    def _reconcile(self, names: list[str]) -> None:
+        """Re-derive the catalog entries of these session directories from their logs."""
+        self.catalog.refresh()
+        by_name = {dir_name(sid): sid for sid in self.catalog.summaries}
+        pending = self.tree.pending_session_dirs()
+        records: list[CatalogRecord] = []
+        for name in dict.fromkeys(names):
+            if name in pending:
+                continue
+            path = os.path.join(self.root, SESSIONS_DIR, name)
+            try:
+                ident = msgspec.msgpack.decode(
+                    read_meta(os.path.join(path, "SESSION"), 2), type=SessionIdentity
+                )
+            except (FileNotFoundError, JournalError, msgspec.DecodeError):
+                sid = by_name.get(name)
+                if sid is not None and not os.path.isdir(path):
+                    records.append(CatalogRecord(OP_DELETE, sid, -1))
+                continue
+            try:
+                sess = self._session(ident.session_id)
+                if sess is None:
+                    continue
+                sess.refresh()
+                summary, covered = self._summary_of(sess)
+            except JournalError:
+                continue  # a damaged session is reported by verify, not by listing
+            if summary is None:
+                if ident.session_id in self.catalog.summaries:
+                    records.append(CatalogRecord(OP_DELETE, ident.session_id, -1))
+                continue
+            known = self.catalog.summaries.get(ident.session_id)
+            execs = self.catalog.execs.get(ident.session_id, [])
+            if (
+                known == summary
+                and self.catalog.positions.get(ident.session_id) == covered
+                and len(execs) == sess.head.executions
+            ):
+                continue
+            records.append(
+                CatalogRecord(
+                    OP_UPSERT,
+                    ident.session_id,
+                    covered,
+                    summary,
+                    executions=self._all_executions(sess),
+                )
+            )
+        self.catalog.append(records)
+
+    def _all_executions(self, sess: Session) -> list[tuple[int, int]]:
+        """(sequence, started_at_ms) of every execution record of a session (rebuilds only)."""
+        out: list[tuple[int, int]] = []
+        before: int | None = None
+        while True:
+            page, before = sess.sparse_page(KIND_EXECUTIONS, before, 1000)
+            out.extend((p.sequence, p.record.started_at_ms) for p in page)
+            if before is None:
+                return out
+
+    def _summary_of(self, sess: Session) -> tuple[SessionSummary | None, int]:
+        with sess._state_lock:
+            head = sess.head
+            if head.header is None:
+                return None, head.covered
+            header = msgspec.msgpack.decode(bytes(head.header), type=_SummaryFields)
+            summary = SessionSummary(
+                session_id=sess.id,
+                session_context=header.session_context,
+                parent_session_id=sess.identity.parent_session_id,
+                parent_sequence=sess.identity.parent_sequence,
+                sequence=head.sequence,
+                catalog_visible=header.catalog_visible,
+                first_user_message=head.first_user_message,
+                execution_stats=header.execution_stats,
+                created_at=head.created_at,
+                updated_at=head.updated_at,
+            )
+            return summary, head.covered
+
+    def _catalog_upsert(self, sess: Session, execution: tuple[int, int] | None) -> None:
+        summary, covered = self._summary_of(sess)
+        if summary is None:
+            return
+        self.catalog.append([CatalogRecord(OP_UPSERT, sess.id, covered, summary, execution)])
+
+    @_guard
+    def list_sessions_page(self, request: SessionPageRequest) -> SessionPage:
+        """Sessions by (updated_at, sequence, session_id) descending; exclusive cursor."""
+        req: SessionPageRequest = _coerce(request, SessionPageRequest, "request")
+        validate.validate_limit(req.limit, "session page")
+        if req.owner_id is not None:
+            validate.validate_owner_id(req.owner_id, "owner filter")
+        cursor = None
+        if req.cursor is not None:
+            c = req.cursor
+            cursor = (c.updated_at, c.sequence, c.session_id)
+        self._reconcile_dead()
+        self.catalog.refresh()
+        pending = self.tree.pending_session_dirs()
+        out: list[SessionSummary] = []
+        nxt = cursor
+        while True:
+            page, nxt = self.catalog.page(req.owner_id, nxt, req.limit - len(out))
+            for summary in page:
+                if pending and dir_name(summary.session_id) in pending:
+                    continue
+                validate.validate_owner_id(
+                    summary.session_context.owner_id, "stored session owner ID"
+                )
+                out.append(summary)
+            if nxt is None or len(out) >= req.limit:
+                break
+        next_cursor = None
+        if nxt is not None and out:
+            last = out[-1]
+            next_cursor = SessionCursor(
+                updated_at=last.updated_at, sequence=last.sequence, session_id=last.session_id
+            )
+        return SessionPage(sessions=out, next_cursor=next_cursor)
+
+    @_guard
+    def session_summary(self, session_id: str) -> SessionSummary | None:
+        """Catalog metadata of one session, derived without reading its context."""
+        validate.validate_session_id(session_id)
+        sess = self._session(session_id)
+        if sess is None:
+            return None
+        sess.refresh()
+        return self._summary_of(sess)[0]
+
+    @_guard
+    def session_metadata(self, session_id: str) -> dict[str, Any] | None:
+        """The latest checkpoint's metadata, without decoding the rest of it."""
+        validate.validate_session_id(session_id)
+        sess = self._session(session_id)
+        if sess is None:
+            return None
+        sess.refresh()
+        header = sess.head.header
+        if header is None:
+            return None
+        return msgspec.msgpack.decode(bytes(header), type=_MetadataOnly).metadata
+
+    @_guard
+    def recent_executions(self, limit: int) -> list[ExecutionRecord]:
+        """Finished turns across all sessions by (started_at_ms, session_id, sequence) desc."""
+        validate.validate_limit(limit, "recent executions")
+        self._reconcile_dead()
+        self.catalog.refresh()
+        pending = self.tree.pending_session_dirs()
+        out: list[ExecutionRecord] = []
+        for _started, sid, seq in self.catalog.recent_execution_keys(limit + len(pending)):
+            if len(out) == limit:
+                break
+            sess = self._session(sid)
+            if sess is None:
+                continue
+            records, _ = sess.execution_page(seq + 1, 1)
+            if records:
+                out.append(records[0])
+        return out
+
+    # -------------------------------------------------------------------- tree
+    @_guard
+    def fork(
+        self, parent_session_id: str, parent_sequence: int, checkpoint: Checkpoint
+    ) -> SessionSummary:
+        """Create a clean child session at an exact durable parent sequence."""
+        from . import fsio
+
+        validate.validate_session_id(parent_session_id, "fork parent session id")
+        validate.validate_sequence(parent_sequence, "fork parent sequence")
+        cp: Checkpoint = _coerce(checkpoint, Checkpoint, "checkpoint")
+        validate.validate_session_id(cp.session_id)
+        validate.validate_fork_child(parent_session_id, cp)
+        validate.validate_checkpoint(cp)
+        with self.tree.locked():
+            parent = self._session(parent_session_id)
+            if parent is not None:
+                parent.refresh()
+            if parent is None or not parent.exists:
+                raise NotFoundError(f"fork parent does not exist: {parent_session_id!r}")
+            if parent_sequence > parent.head.sequence:
+                raise ContractViolationError(
+                    f"fork point is newer than the parent checkpoint ({parent_sequence} >"
+                    f" {parent.head.sequence}, parent {parent_session_id!r})"
+                )
+            path = self.session_dir(cp.session_id)
+            existing = self._session(cp.session_id)
+            if existing is not None:
+                existing.refresh()
+                if existing.exists:
+                    raise ContractViolationError(f"session {cp.session_id!r} already exists")
+                self._discard_empty(cp.session_id, existing)
+            self.registry.note(os.path.basename(path))
+            now = int(time.time())
+            tmp = os.path.join(self.root, TMP_DIR, f"fork-{uuid.uuid4().hex}")
+            ident = SessionIdentity(cp.session_id, parent_session_id, parent_sequence, now)
+            Session.build(tmp, ident)
+            child = Session(tmp, cp.session_id, self.options)
+            try:
+                child.save(cp, list(cp.context), None, [], now=now)
+                child.flush_caches()
+            finally:
+                child.close()
+            fsio.sync_dir(os.path.join(self.root, TMP_DIR))
+            fsio.rename(tmp, path)
+            fsio.sync_dir(os.path.dirname(path))
+            sess = self._session(cp.session_id)
+            assert sess is not None
+            summary, covered = self._summary_of(sess)
+            assert summary is not None
+            self.catalog.append([CatalogRecord(OP_UPSERT, cp.session_id, covered, summary)])
+            return summary
+
+    @_guard
+    def fork_at(
+        self,
+        parent_session_id: str,
+        parent_sequence: int,
+        child_session_id: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+    ) -> SessionSummary:
+        """Fork a child whose context is the parent's context exactly as saved at `parent_sequence`.
+
+        Builds the child checkpoint from `checkpoint_at(parent, parent_sequence)`
+        (context, first user message, model route, session context without its
+        origin label, metadata unless given) so the caller need not reassemble it.
+        """
+        validate.validate_session_id(child_session_id)
+        source = self.checkpoint_at(parent_session_id, parent_sequence)
+        if source is None:
+            raise NotFoundError(
+                f"session {parent_session_id!r} has no checkpoint at sequence {parent_sequence}"
+            )
+        child = Checkpoint.empty(child_session_id, owner_id=source.session_context.owner_id)
+        child.session_context = msgspec.structs.replace(source.session_context, origin_label=None)
+        child.context = source.context
+        child.first_user_message = source.first_user_message
+        child.model_route = source.model_route
+        child.context_model_route = source.context_model_route
+        child.metadata = dict(source.metadata if metadata is None else metadata)
+        return self.fork(parent_session_id, parent_sequence, child)
+
+    def _discard_empty(self, session_id: str, sess: Session) -> None:
+        """A directory without a committed checkpoint (crash before the first commit)."""
+        from . import fsio
+
+        with self._lock:
+            self._sessions.pop(session_id, None)
+        sess.close()
+        fsio.rename(sess.dir, os.path.join(self.tree.trash, f"empty-{uuid.uuid4().hex}"))
+        fsio.sync_dir(os.path.dirname(sess.dir))
+
+    @_guard
+    def delete_sessions(self, session_ids: Sequence[str]) -> bool:
+        """Atomically delete sessions, all their descendants and their session-scoped state.
+
+        Returns False, deleting nothing, when any selected session is absent.
+        """
+        ids = list(session_ids)
+        for sid in ids:
+            validate.validate_session_id(sid)
+        if not ids:
+            return True
+        with self.tree.locked():
+            self._finish_orphaned_deletes()
+            self._reconcile_dead(force=True)
+            self.catalog.refresh()
+            for sid in ids:
+                sess = self._session(sid)
+                if sess is not None:
+                    sess.refresh()
+                if sess is None or not sess.exists:
+                    return False
+            children = self.catalog.children_of()
+            closure: list[str] = []
+            queue = list(dict.fromkeys(ids))
+            seen = set(queue)
+            while queue:
+                sid = queue.pop(0)
+                closure.append(sid)
+                for child in children.get(sid, []):
+                    if child not in seen:
+                        seen.add(child)
+                        queue.append(child)
+            sessions = [(sid, self._session(sid)) for sid in closure]
+            present = sorted(
+                ((sid, s) for sid, s in sessions if s is not None), key=lambda p: p[1].dir
+            )
+            held: list[Session] = []
+            try:
+                for _, s in present:
+                    s._write_lock.acquire()
+                    try:
+                        s.flock.acquire(self.options.lock_timeout)
+                    except BaseException:
+                        s._write_lock.release()
+                        raise
+                    held.append(s)
+                for sid in closure:
+                    self.registry.note(dir_name(sid))
+                intent = DeleteIntent(
+                    closure,
+                    [os.path.basename(s.dir) for _, s in present],
+                    self.state.scopes_present(closure),
+                )
+                path, owner = self.tree.write_intent(intent)
+                try:
+                    self.tree.carry_out(path, intent)
+                finally:
+                    owner.close()
+            finally:
+                for s in held:
+                    s.flock.release()
+                    s._write_lock.release()
+            self.catalog.append([CatalogRecord(OP_DELETE, sid, -1) for sid in closure])
+            with self._lock:
+                for sid, _ in present:
+                    self._sessions.pop(sid, None)
+            for _, s in present:
+                s.close()
+            self.tree.empty_trash()
+            return True
+
+    def _finish_orphaned_deletes(self) -> None:
+        """Roll forward deletes whose process died after its intent became durable."""
+        orphans = self.tree.orphaned_intents()
+        if not orphans:
+            return
+        with self.tree.locked():
+            for path, intent in self.tree.orphaned_intents():
+                self.tree.carry_out(path, intent)
+                self.catalog.append(
+                    [CatalogRecord(OP_DELETE, sid, -1) for sid in intent.session_ids]
+                )
+                with self._lock:
+                    for sid in intent.session_ids:
+                        stale = self._sessions.pop(sid, None)
+                        if stale is not None:
+                            stale.close()
+            self.tree.empty_trash()
+
     # --------------------------------------------------------------- lifecycle
     def flush(self) -> None:
         """Write every open session's caches (indexes, snapshot). Never needed for safety."""
@@ -405,12 +826,27 @@ class Store:
             self._closed = True
         for sess in sessions:
             sess.close()
+        self.catalog.close()
+        self.tree.close()
+        self.registry.close()
 
     def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _SummaryFields(msgspec.Struct):
+    """The catalog's fields of a checkpoint header (decoding skips everything else)."""
+
+    session_context: SessionContext
+    catalog_visible: bool = True
+    execution_stats: ExecutionStats = msgspec.field(default_factory=ExecutionStats)
+
+
+class _MetadataOnly(msgspec.Struct):
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 def open_store(root: str | os.PathLike[str], **options: Any) -> Store:

@@ -1,0 +1,135 @@
+"""`AsyncStore`: the asyncio facade. Every method is a coroutine running the blocking
+store call in a worker thread (`asyncio.to_thread`), so the event loop never waits on disk.
+
+As in mobius, cancelling the awaiting task does not interrupt a write that has
+started: the worker thread finishes the commit (it is never left half-done).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from .store import Store
+from .types import (
+    Checkpoint,
+    Event,
+    EventPage,
+    EventPageRequest,
+    ExecutionPage,
+    ExecutionPageRequest,
+    ExecutionRecord,
+    JournalEvent,
+    SessionPage,
+    SessionPageRequest,
+    SessionSummary,
+    TimestampedEvent,
+    TranscriptPage,
+    TranscriptPageRequest,
+)
+
+
+class AsyncStore:
+    def __init__(self, store: Store):
+        self.sync = store
+
+    async def load(self, session_id: str) -> Checkpoint | None:
+        return await asyncio.to_thread(self.sync.load, session_id)
+
+    async def checkpoint_at(self, session_id: str, sequence: int) -> Checkpoint | None:
+        return await asyncio.to_thread(self.sync.checkpoint_at, session_id, sequence)
+
+    async def message_accepted(self, session_id: str, submission_id: str) -> bool:
+        return await asyncio.to_thread(self.sync.message_accepted, session_id, submission_id)
+
+    async def delete_sessions(self, session_ids: Sequence[str]) -> bool:
+        return await asyncio.to_thread(self.sync.delete_sessions, list(session_ids))
+
+    async def save(
+        self,
+        checkpoint: Checkpoint,
+        transcript_delta: Sequence[Any] = (),
+        execution: ExecutionRecord | None = None,
+    ) -> None:
+        await asyncio.to_thread(self.sync.save, checkpoint, list(transcript_delta), execution)
+
+    async def save_with_events(
+        self,
+        checkpoint: Checkpoint,
+        transcript_delta: Sequence[Any] = (),
+        execution: ExecutionRecord | None = None,
+        events: Sequence[TimestampedEvent] = (),
+    ) -> list[JournalEvent]:
+        return await asyncio.to_thread(
+            self.sync.save_with_events, checkpoint, list(transcript_delta), execution, list(events)
+        )
+
+    async def append_event(
+        self, session_id: str, recorded_at_ms: int, event: Event
+    ) -> JournalEvent:
+        return await asyncio.to_thread(self.sync.append_event, session_id, recorded_at_ms, event)
+
+    async def event_page(self, session_id: str, request: EventPageRequest) -> EventPage:
+        return await asyncio.to_thread(self.sync.event_page, session_id, request)
+
+    async def events_after(
+        self, session_id: str, after_sequence: int, limit: int
+    ) -> list[JournalEvent]:
+        return await asyncio.to_thread(self.sync.events_after, session_id, after_sequence, limit)
+
+    async def load_state(self, scope: str, key: str) -> Any:
+        return await asyncio.to_thread(self.sync.load_state, scope, key)
+
+    async def save_state(self, scope: str, key: str, value: Any) -> None:
+        await asyncio.to_thread(self.sync.save_state, scope, key, value)
+
+    async def session_summary(self, session_id: str) -> SessionSummary | None:
+        return await asyncio.to_thread(self.sync.session_summary, session_id)
+
+    async def session_metadata(self, session_id: str) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self.sync.session_metadata, session_id)
+
+    async def list_sessions_page(self, request: SessionPageRequest) -> SessionPage:
+        return await asyncio.to_thread(self.sync.list_sessions_page, request)
+
+    async def transcript_page(
+        self, session_id: str, request: TranscriptPageRequest
+    ) -> TranscriptPage:
+        return await asyncio.to_thread(self.sync.transcript_page, session_id, request)
+
+    async def execution_page(self, session_id: str, request: ExecutionPageRequest) -> ExecutionPage:
+        return await asyncio.to_thread(self.sync.execution_page, session_id, request)
+
+    async def recent_executions(self, limit: int) -> list[ExecutionRecord]:
+        return await asyncio.to_thread(self.sync.recent_executions, limit)
+
+    async def fork(
+        self, parent_session_id: str, parent_sequence: int, checkpoint: Checkpoint
+    ) -> SessionSummary:
+        return await asyncio.to_thread(
+            self.sync.fork, parent_session_id, parent_sequence, checkpoint
+        )
+
+    async def fork_at(
+        self, parent_session_id: str, parent_sequence: int, child_session_id: str
+    ) -> SessionSummary:
+        return await asyncio.to_thread(
+            self.sync.fork_at, parent_session_id, parent_sequence, child_session_id
+        )
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.sync.close)
+
+    async def __aenter__(self) -> AsyncStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def open_async(root: str | os.PathLike[str], **options: Any) -> AsyncStore:
+    """Open a store for asyncio use (the opening itself also runs off the loop)."""
+    store = await asyncio.to_thread(Store, root, **options)
+    return AsyncStore(store)

@@ -1,0 +1,293 @@
+"""The session catalog: derived summaries of every session, for listing without opening them.
+
+The catalog is an append-only log (`ROOT/catalog/log/`, same segment and record
+format as a session log, record type CATALOG) of summary upserts and deletions.
+Writers append one self-committing record after each commit, without fsync:
+the catalog is derived data, never the source of truth. Each process keeps the
+catalog in memory (summaries, an ordered key list per owner, and the execution
+keys for `recent_executions`) and catches up by reading records appended since
+it last looked.
+
+Correctness after a crash comes from reconciliation, not from fsync:
+- every Store that writes registers itself in `ROOT/procs/` with a file it keeps
+  locked, listing the session directories it wrote to. A registration whose
+  lock is free belongs to a dead process: the sessions it names are re-derived
+  from their logs (cheap: a snapshot and a tail) and corrected in the catalog;
+- after a reboot (the boot id changed) every session is re-checked, because
+  unsynced catalog records may have been lost with the power;
+- a missing or damaged catalog is rebuilt from the session directories.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import os
+import threading
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+from . import fsio
+from .errors import CorruptionError, JournalError
+from .locks import FileLock
+from .log import KIND_CATALOG, Log, ScanState
+from .record import CATALOG, frame
+from .types import SessionSummary
+
+CATALOG_DIR = "catalog"
+PROCS_DIR = "procs"
+BOOT_FILE = "BOOT"
+
+OP_UPSERT = 1
+OP_DELETE = 2
+
+
+class CatalogRecord(msgspec.Struct, array_like=True):
+    op: int
+    session_id: str
+    covered: int  # session log position the summary reflects (newer wins)
+    summary: SessionSummary | None = None
+    execution: tuple[int, int] | None = None  # (checkpoint sequence, started_at_ms)
+    executions: list[tuple[int, int]] = msgspec.field(default_factory=list)  # full list on rebuild
+
+
+_decode = msgspec.msgpack.Decoder(CatalogRecord).decode
+_encode = msgspec.msgpack.Encoder().encode
+
+SortKey = tuple[int, int, str]  # (updated_at, sequence, session_id), ascending
+ExecKey = tuple[int, str, int]  # (started_at_ms, session_id, sequence), ascending
+
+
+def sort_key(s: SessionSummary) -> SortKey:
+    return (s.updated_at, s.sequence, s.session_id)
+
+
+class Catalog:
+    def __init__(self, root: str, *, segment_bytes: int, lock_timeout: float):
+        self.dir = os.path.join(root, CATALOG_DIR)
+        self.lock_timeout = lock_timeout
+        log_dir = os.path.join(self.dir, "log")
+        self.fresh = not os.path.isdir(log_dir)
+        if self.fresh:
+            os.makedirs(self.dir, exist_ok=True)
+            Log.create(log_dir, KIND_CATALOG)
+        self.log = Log(log_dir, KIND_CATALOG, segment_bytes=segment_bytes, label="catalog")
+        self.flock = FileLock(os.path.join(self.dir, "LOCK"), "the catalog")
+        self._lock = threading.RLock()
+        self.covered = 0
+        self.summaries: dict[str, SessionSummary] = {}
+        self.positions: dict[str, int] = {}
+        self.keys: list[SortKey] = []
+        self.by_owner: dict[str, list[SortKey]] = {}
+        self.execs: dict[str, list[tuple[int, int]]] = {}
+        self.exec_keys: list[ExecKey] = []
+
+    # ------------------------------------------------------------------ reading
+    def refresh(self, *, strict: bool = False) -> ScanState:
+        with self._lock:
+            state = ScanState()
+            for commit in self.log.committed(self.covered, state, strict=strict):
+                for rec in commit:
+                    self._apply(_decode_record(rec.payload, rec.pos))
+                self.covered = commit[-1].pos + commit[-1].size
+            return state
+
+    def _apply(self, r: CatalogRecord) -> None:
+        sid = r.session_id
+        if r.op == OP_DELETE:
+            self._remove(sid)
+            return
+        if r.summary is not None and r.covered >= self.positions.get(sid, -1):
+            self._remove_keys(sid)
+            self.summaries[sid] = r.summary
+            self.positions[sid] = r.covered
+            key = sort_key(r.summary)
+            bisect.insort(self.keys, key)
+            bisect.insort(self.by_owner.setdefault(r.summary.session_context.owner_id, []), key)
+        if sid not in self.summaries:
+            return  # executions of a session we do not list (deleted) are not kept
+        execs = self.execs.setdefault(sid, [])
+        added = list(r.executions)
+        if r.execution is not None:
+            added.append(r.execution)
+        known = {seq for seq, _ in execs}
+        for seq, started in added:
+            if seq not in known:
+                execs.append((seq, started))
+                bisect.insort(self.exec_keys, (started, sid, seq))
+
+    def _remove_keys(self, sid: str) -> None:
+        old = self.summaries.get(sid)
+        if old is None:
+            return
+        key = sort_key(old)
+        _remove_sorted(self.keys, key)
+        owner_keys = self.by_owner.get(old.session_context.owner_id)
+        if owner_keys is not None:
+            _remove_sorted(owner_keys, key)
+            if not owner_keys:
+                del self.by_owner[old.session_context.owner_id]
+
+    def _remove(self, sid: str) -> None:
+        self._remove_keys(sid)
+        self.summaries.pop(sid, None)
+        self.positions.pop(sid, None)
+        for seq, started in self.execs.pop(sid, []):
+            _remove_sorted(self.exec_keys, (started, sid, seq))
+
+    def page(
+        self, owner_id: str | None, cursor: SortKey | None, limit: int
+    ) -> tuple[list[SessionSummary], SortKey | None]:
+        with self._lock:
+            keys = self.keys if owner_id is None else self.by_owner.get(owner_id, [])
+            hi = len(keys) if cursor is None else bisect.bisect_left(keys, cursor)
+            lo = max(0, hi - limit)
+            chosen = keys[lo:hi][::-1]
+            out = [self.summaries[k[2]] for k in chosen]
+            nxt = chosen[-1] if lo > 0 and chosen else None
+            return out, nxt
+
+    def recent_execution_keys(self, limit: int) -> list[ExecKey]:
+        with self._lock:
+            return self.exec_keys[-limit:][::-1]
+
+    def children_of(self) -> dict[str, list[str]]:
+        with self._lock:
+            tree: dict[str, list[str]] = {}
+            for sid, s in self.summaries.items():
+                if s.parent_session_id is not None:
+                    tree.setdefault(s.parent_session_id, []).append(sid)
+            return tree
+
+    # ------------------------------------------------------------------ writing
+    def append(self, records: Iterable[CatalogRecord]) -> None:
+        data = b"".join(frame(CATALOG, _encode(r), commit=True) for r in records)
+        if not data:
+            return
+        with self._lock:
+            self.flock.acquire(self.lock_timeout)
+            try:
+                state = self.refresh()
+                if state.tail != "clean":
+                    # We hold the lock, so unfinished bytes are a dead writer's: cut them.
+                    state = self.refresh(strict=True)
+                    if state.tail == "corrupt":
+                        raise CorruptionError(
+                            f"catalog: {state.detail}", path=state.path, offset=state.file_offset
+                        )
+                    if state.tail == "torn":
+                        self.log.truncate_tail(state.end)
+                self.log.open_writer(self.covered)
+                self.log.write(data)
+                self.refresh()
+            finally:
+                self.flock.release()
+
+    def close(self) -> None:
+        self.log.close()
+        self.flock.close()
+
+
+class ProcessRegistry:
+    """`ROOT/procs/<token>`: held locked while this Store lives; lists sessions it wrote."""
+
+    def __init__(self, root: str):
+        self.dir = os.path.join(root, PROCS_DIR)
+        os.makedirs(self.dir, exist_ok=True)
+        self.path = os.path.join(self.dir, f"{os.getpid()}-{uuid.uuid4().hex[:12]}")
+        self._lock = FileLock(self.path, "process registration")
+        self._fd: int | None = None
+        self._noted: set[str] = set()
+        self._mutex = threading.Lock()
+
+    def note(self, session_dir_name: str) -> None:
+        """Record (once) that this process writes to a session, before its first write."""
+        if session_dir_name in self._noted:
+            return
+        with self._mutex:
+            if session_dir_name in self._noted:
+                return
+            if self._fd is None:
+                self._lock.try_acquire()
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.write(self._fd, session_dir_name.encode() + b"\n")
+            self._noted.add(session_dir_name)
+
+    def dead_registrations(self) -> list[tuple[str, list[str]]]:
+        """(path, session dir names) of registrations whose process is gone."""
+        out = []
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+        for name in names:
+            path = os.path.join(self.dir, name)
+            if path == self.path:
+                continue
+            lock = FileLock(path, "process registration")
+            try:
+                if not lock.try_acquire():
+                    continue
+                with open(path, "rb") as f:
+                    text = f.read().decode("utf-8", "replace")
+                sessions = [ln.strip() for ln in text.splitlines() if ln.strip()]
+                out.append((path, sessions))
+            except OSError:
+                continue
+            finally:
+                lock.close()
+        return out
+
+    def forget(self, path: str) -> None:
+        with contextlib.suppress(JournalError):
+            fsio.unlink(path)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._lock.close()
+        # A clean exit leaves nothing to reconcile.
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def boot_changed(catalog_dir: str) -> bool:
+    """Whether the machine rebooted since the boot id was last recorded (and record it)."""
+    path = os.path.join(catalog_dir, BOOT_FILE)
+    current = boot_id()
+    try:
+        with open(path) as f:
+            seen = f.read().strip()
+    except FileNotFoundError:
+        seen = None
+    if seen == current:
+        return False
+    fsio.write_file(path, current.encode(), durable=False)
+    return seen is not None
+
+
+def _decode_record(payload: bytes, pos: int) -> CatalogRecord:
+    try:
+        return _decode(payload)
+    except msgspec.DecodeError as exc:
+        raise CorruptionError(
+            f"catalog record does not decode: {exc}", path="catalog", offset=pos
+        ) from exc
+
+
+def _remove_sorted(keys: list[Any], key: Any) -> None:
+    i = bisect.bisect_left(keys, key)
+    if i < len(keys) and keys[i] == key:
+        del keys[i]

@@ -1,0 +1,150 @@
+"""Operations on the session tree: fork (create a child) and atomic subtree deletion.
+
+Both run under the store's tree lock (`ROOT/tree.lock`), so a fork cannot
+attach a child to a session that is being deleted.
+
+Fork builds the child directory completely in `ROOT/tmp/` (identity with the
+parent link, first commit with the child checkpoint and its context as
+transcript batch 0, fsynced) and publishes it with one rename: a child is
+either wholly there or not at all.
+
+Delete is made atomic by an intent file. The deleter locks every session of
+the subtree, writes `ROOT/txn/delete-<id>` durably (the commit point: from then
+on every reader treats those sessions as gone), renames each session directory
+and each session-scoped state directory into `ROOT/trash/`, syncs, removes the
+intent and finally the trash. A crash at any point is finished ("rolled
+forward") by the next process that finds an intent whose owner is dead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import msgspec
+
+from . import fsio
+from .errors import JournalError
+from .locks import FileLock
+from .metafile import KIND_STATE, read_meta, write_meta
+
+TXN_DIR = "txn"
+TRASH_DIR = "trash"
+TREE_LOCK = "tree.lock"
+INTENT_PREFIX = "delete-"
+
+
+class DeleteIntent(msgspec.Struct):
+    session_ids: list[str]
+    session_dirs: list[str]  # names under sessions/
+    state_dirs: list[str]  # names under state/
+
+
+_decode_intent = msgspec.msgpack.Decoder(DeleteIntent).decode
+
+
+class Tree:
+    def __init__(self, root: str, lock_timeout: float):
+        self.root = root
+        self.txn = os.path.join(root, TXN_DIR)
+        self.trash = os.path.join(root, TRASH_DIR)
+        os.makedirs(self.txn, exist_ok=True)
+        os.makedirs(self.trash, exist_ok=True)
+        self.lock = FileLock(os.path.join(root, TREE_LOCK), "the session tree")
+        self.lock_timeout = lock_timeout
+        # flock is per open file, not per thread: an RLock + depth make nesting safe
+        self._mutex = threading.RLock()
+        self._depth = 0
+        self._pending_mtime = -1
+        self._pending: set[str] = set()
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        with self._mutex:
+            if self._depth == 0:
+                self.lock.acquire(self.lock_timeout)
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self.lock.release()
+
+    # -------------------------------------------------------------- intents
+    def pending_session_dirs(self) -> set[str]:
+        """Session directory names under a pending delete (cheap: one stat when unchanged)."""
+        try:
+            mtime = os.stat(self.txn).st_mtime_ns
+        except FileNotFoundError:
+            return set()
+        if mtime != self._pending_mtime:
+            pending: set[str] = set()
+            for _, intent in self.intents():
+                pending.update(intent.session_dirs)
+            self._pending, self._pending_mtime = pending, mtime
+        return self._pending
+
+    def intents(self) -> list[tuple[str, DeleteIntent]]:
+        out = []
+        for name in sorted(os.listdir(self.txn)):
+            if not name.startswith(INTENT_PREFIX) or ".tmp." in name:
+                continue
+            path = os.path.join(self.txn, name)
+            try:
+                out.append((path, _decode_intent(read_meta(path, KIND_STATE))))
+            except (FileNotFoundError, JournalError, msgspec.DecodeError):
+                continue  # an intent that never became durable never happened
+        return out
+
+    def write_intent(self, intent: DeleteIntent) -> tuple[str, FileLock]:
+        path = os.path.join(self.txn, f"{INTENT_PREFIX}{uuid.uuid4().hex}")
+        write_meta(path, KIND_STATE, msgspec.msgpack.encode(intent), durable=True)
+        owner = FileLock(path + ".lock", "a delete in progress")
+        owner.try_acquire()
+        return path, owner
+
+    def carry_out(self, path: str, intent: DeleteIntent) -> None:
+        """Move every named directory to the trash, then retire the intent (idempotent)."""
+        tag = os.path.basename(path)[len(INTENT_PREFIX) :]
+        moved = False
+        for sub, names in (("sessions", intent.session_dirs), ("state", intent.state_dirs)):
+            parent = os.path.join(self.root, sub)
+            for name in names:
+                src = os.path.join(parent, name)
+                if os.path.isdir(src):
+                    fsio.rename(src, os.path.join(self.trash, f"{tag}-{sub}-{name}"))
+                    moved = True
+            if moved:
+                fsio.sync_dir(parent)
+        if moved:
+            fsio.sync_dir(self.trash)
+        fsio.unlink(path)
+        fsio.sync_dir(self.txn)
+        lock_path = path + ".lock"
+        if os.path.exists(lock_path):
+            os.unlink(lock_path)
+        self._pending_mtime = -1
+
+    def empty_trash(self) -> None:
+        for name in os.listdir(self.trash):
+            shutil.rmtree(os.path.join(self.trash, name), ignore_errors=True)
+
+    def orphaned_intents(self) -> list[tuple[str, DeleteIntent]]:
+        """Intents whose deleting process is gone (its lock is free)."""
+        out = []
+        for path, intent in self.intents():
+            probe = FileLock(path + ".lock", "a delete in progress")
+            try:
+                if probe.try_acquire():
+                    out.append((path, intent))
+            finally:
+                probe.close()
+        return out
+
+    def close(self) -> None:
+        self.lock.close()
