@@ -30,7 +30,7 @@ import msgspec
 from . import fsio
 from .errors import JournalError
 from .locks import FileLock
-from .metafile import KIND_STATE, read_meta, write_meta
+from .metafile import KIND_INTENT, read_meta, write_meta
 
 TXN_DIR = "txn"
 TRASH_DIR = "trash"
@@ -96,14 +96,14 @@ class Tree:
                 continue
             path = os.path.join(self.txn, name)
             try:
-                out.append((path, _decode_intent(read_meta(path, KIND_STATE))))
+                out.append((path, _decode_intent(read_meta(path, KIND_INTENT))))
             except (FileNotFoundError, JournalError, msgspec.DecodeError):
                 continue  # an intent that never became durable never happened
         return out
 
     def write_intent(self, intent: DeleteIntent) -> tuple[str, FileLock]:
         path = os.path.join(self.txn, f"{INTENT_PREFIX}{uuid.uuid4().hex}")
-        write_meta(path, KIND_STATE, msgspec.msgpack.encode(intent), durable=True)
+        write_meta(path, KIND_INTENT, msgspec.msgpack.encode(intent), durable=True)
         owner = FileLock(path + ".lock", "a delete in progress")
         owner.try_acquire()
         return path, owner

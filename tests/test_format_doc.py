@@ -1,0 +1,179 @@
+"""FORMAT.md is a specification: hold every number, table and example in it to the code."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from journal import catalog, index, log, metafile, payloads, record, session, store
+from journal.types import Event
+
+DOC = (Path(__file__).resolve().parent.parent / "FORMAT.md").read_text()
+
+
+def _block(tag: str) -> str:
+    m = re.search(rf"```{tag}\n(.*?)```", DOC, re.S)
+    assert m, f"FORMAT.md has no {tag} block"
+    return m.group(1)
+
+
+def _constants() -> dict[str, str]:
+    out = {}
+    for line in _block("format-constants").splitlines():
+        if line.strip():
+            key, value = (part.strip() for part in line.split("=", 1))
+            out[key] = value
+    return out
+
+
+CODE_CONSTANTS = {
+    "segment.magic": log.SEGMENT_MAGIC.hex(),
+    "segment.version": log.SEGMENT_VERSION,
+    "segment.header_size": log.SEGMENT_HEADER_SIZE,
+    "record.header_size": record.HEADER_SIZE,
+    "record.type.checkpoint": record.CHECKPOINT,
+    "record.type.transcript": record.TRANSCRIPT,
+    "record.type.execution": record.EXECUTION,
+    "record.type.event": record.EVENT,
+    "record.type.commit": record.COMMIT,
+    "record.type.catalog": record.CATALOG,
+    "record.flag.zstd": record.FLAG_ZSTD,
+    "record.flag.commit": record.FLAG_COMMIT,
+    "record.compress_min": record.COMPRESS_MIN,
+    "index.magic": index.INDEX_MAGIC.hex(),
+    "index.version": index.INDEX_VERSION,
+    "index.header_size": index.INDEX_HEADER_SIZE,
+    "index.dense_entry_size": index.DENSE.size,
+    "index.sparse_entry_size": index.SPARSE.size,
+    "index.kind.events": index.KIND_EVENTS,
+    "index.kind.checkpoints": index.KIND_CHECKPOINTS,
+    "index.kind.transcripts": index.KIND_TRANSCRIPTS,
+    "index.kind.executions": index.KIND_EXECUTIONS,
+    "meta.magic": metafile.META_MAGIC.hex(),
+    "meta.version": metafile.META_VERSION,
+    "meta.header_size": metafile.META_HEADER_SIZE,
+    "meta.kind.manifest": metafile.KIND_MANIFEST,
+    "meta.kind.identity": metafile.KIND_IDENTITY,
+    "meta.kind.snapshot": metafile.KIND_SNAPSHOT,
+    "meta.kind.state": metafile.KIND_STATE,
+    "meta.kind.intent": metafile.KIND_INTENT,
+    "log.kind.session": log.KIND_SESSION,
+    "log.kind.catalog": log.KIND_CATALOG,
+    "store.format": store.STORE_FORMAT,
+}
+
+
+def test_constants_block_matches_code() -> None:
+    doc = _constants()
+    assert set(doc) == set(CODE_CONSTANTS), "constants block and code name different things"
+    for key, value in CODE_CONSTANTS.items():
+        assert doc[key] == str(value), f"FORMAT.md says {key} = {doc[key]}, code has {value}"
+
+
+def _table_after(heading: str) -> list[list[str]]:
+    start = DOC.index(heading)
+    rows = []
+    started = False
+    for line in DOC[start:].splitlines()[1:]:
+        if line.startswith("|"):
+            started = True
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if not set("".join(cells)) <= set("-: "):
+                rows.append(cells)
+        elif started:
+            break
+    return rows[1:]  # drop the column titles
+
+
+@pytest.mark.parametrize(
+    "heading,size",
+    [
+        ("### Segment header", log.SEGMENT_HEADER_SIZE),
+        ("### Record frame", None),
+        ("All four index files share one header", index.INDEX_HEADER_SIZE),
+        ("Dense entries", index.DENSE.size),
+        ("Sparse entries", index.SPARSE.size),
+        ("written whole (temp file", metafile.META_HEADER_SIZE),
+    ],
+)
+def test_byte_tables_are_contiguous_and_sized(heading: str, size: int | None) -> None:
+    rows = _table_after(heading)
+    offset = 0
+    for row in rows:
+        assert int(row[0]) == offset, f"{heading}: field {row[2]} should start at {offset}"
+        if row[1].isdigit():
+            offset += int(row[1])
+    if size is not None:
+        assert offset == size
+
+
+def test_record_frame_table_matches_struct() -> None:
+    rows = _table_after("### Record frame")
+    fixed = sum(int(r[1]) for r in rows if r[1].isdigit())
+    assert fixed == record.HEADER_SIZE == record.HEADER.size
+
+
+@pytest.mark.parametrize(
+    "name,cls",
+    [
+        ("CheckpointPayload", payloads.CheckpointPayload),
+        ("TranscriptPayload", payloads.TranscriptPayload),
+        ("ExecutionPayload", payloads.ExecutionPayload),
+        ("EventPayload", payloads.EventPayload),
+        ("CommitPayload", payloads.CommitPayload),
+        ("CatalogRecord", catalog.CatalogRecord),
+    ],
+)
+def test_payload_tables_list_fields_in_order(name: str, cls: type[msgspec.Struct]) -> None:
+    documented = [row[0] for row in _table_after(f"#### {name}")]
+    assert documented == [f.name for f in msgspec.structs.fields(cls)]
+
+
+def test_snapshot_fields_documented() -> None:
+    m = re.search(r"snapshot \(map, the `Head`\):(.*?)\n- state", DOC, re.S)
+    assert m
+    documented = re.findall(r"`(\w+)`", m.group(1))
+    assert documented == [f.name for f in msgspec.structs.fields(session.Head)]
+
+
+def _hexdump(data: bytes) -> str:
+    lines = []
+    for i in range(0, len(data), 16):
+        chunk = data[i : i + 16]
+        hexes = " ".join(f"{b:02x}" for b in chunk).ljust(48)
+        text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        lines.append(f"{i:08x}  {hexes}  |{text}|")
+    return "\n".join(lines) + "\n"
+
+
+def test_worked_example_is_what_the_code_writes() -> None:
+    event = Event(msg={"type": "warning", "message": "disk almost full"})
+    payload = payloads.EventPayload(7, 1700000000000, event, [], [], False)
+    data = record.frame(record.EVENT, payloads.encode(payload), commit=True)
+    assert _block("worked-example") == _hexdump(data)
+    assert len(data) == 68
+
+
+def test_worked_segment_header_is_what_the_code_writes() -> None:
+    data = log.encode_segment_header(log.KIND_SESSION, 0)
+    assert _block("worked-example-segment") == _hexdump(data)
+
+
+def test_real_store_files_start_with_documented_magics(tmp_path: Path) -> None:
+    import journal
+
+    s = journal.open(tmp_path / "root")
+    cp = journal.Checkpoint.empty("x", owner_id="o")
+    s.save(cp)
+    s.close()
+    root = tmp_path / "root"
+    assert (root / "JOURNAL").read_bytes()[:8] == metafile.META_MAGIC
+    sess = next((root / "sessions").iterdir())
+    assert (sess / "SESSION").read_bytes()[:8] == metafile.META_MAGIC
+    seg = next((sess / "log").iterdir())
+    assert re.fullmatch(r"\d{20}\.seg", seg.name)
+    assert seg.read_bytes()[:8] == log.SEGMENT_MAGIC
+    assert (sess / "events.idx").read_bytes()[:8] == index.INDEX_MAGIC
