@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from . import eventrules, payloads
+from . import eventrules, fsio, payloads
 from .context import plan_context
 from .errors import (
     ContractViolationError,
@@ -91,7 +91,8 @@ class Head(msgspec.Struct):
     sequence: int = -1  # latest checkpoint sequence; -1: no checkpoint yet
     checkpoint_pos: int = -1
     checkpoint_size: int = 0
-    header: msgspec.Raw | None = None  # latest checkpoint without its context
+    # latest checkpoint without its context (bytes: msgspec cannot decode `Raw | None`)
+    header: bytes | None = None
     epoch: int = 0
     context: list[msgspec.Raw] = msgspec.field(default_factory=list)
     ctx_pos: int = -1  # newest checkpoint record that carries context items (this epoch)
@@ -196,6 +197,10 @@ class Session:
         Session.write_identity(directory, identity)
         Log.create(os.path.join(directory, LOG_DIR), KIND_SESSION)
         open(os.path.join(directory, LOCK_FILE), "ab").close()
+        # The identity write synced this directory before `log/` existed: without a
+        # second sync a power loss after publication can leave a session directory
+        # whose log directory is missing (found by tests/test_lost_writes.py).
+        fsio.sync_dir(directory)
 
     # ------------------------------------------------------------ cache loading
     def _open_caches(self) -> None:
@@ -340,7 +345,7 @@ class Session:
         head.epoch = p.epoch
         head.sequence = p.sequence
         head.checkpoint_pos, head.checkpoint_size = rec.pos, rec.size
-        head.header = p.header
+        head.header = bytes(p.header)
         head.updated_at = p.updated_at
         if head.first_user_message is None:
             head.first_user_message = _decode_fum(p.header).first_user_message

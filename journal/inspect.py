@@ -1,0 +1,151 @@
+"""Read-only views of a session log for people: every record in order, and size statistics.
+
+These read the log directly (no lock, no caches), so they work on a copied
+directory, on a store another process is writing, and on a damaged log up to
+the damage.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from . import payloads
+from .log import KIND_SESSION, Log, ScanState
+from .record import CHECKPOINT, COMMIT, EVENT, EXECUTION, FLAG_ZSTD, TRANSCRIPT, TYPE_NAMES, Record
+from .session import LOG_DIR
+
+_DECODERS: dict[int, Any] = {
+    EVENT: payloads.event_decoder,
+    CHECKPOINT: payloads.checkpoint_decoder,
+    TRANSCRIPT: payloads.transcript_decoder,
+    EXECUTION: payloads.execution_decoder,
+    COMMIT: payloads.commit_decoder,
+}
+_to_builtins = msgspec.to_builtins
+
+
+def open_log(directory: str) -> Log:
+    return Log(
+        os.path.join(directory, LOG_DIR),
+        KIND_SESSION,
+        segment_bytes=1 << 62,
+        label=os.path.basename(directory),
+    )
+
+
+def describe(rec: Record) -> dict[str, Any]:
+    """A JSON-ready view of one committed record."""
+    p = _DECODERS[rec.rtype].decode(rec.payload)
+    out: dict[str, Any] = {"position": rec.pos, "type": TYPE_NAMES[rec.rtype], "bytes": rec.size}
+    if rec.rtype == CHECKPOINT:
+        header = msgspec.msgpack.decode(bytes(p.header))
+        out.update(
+            sequence=p.sequence,
+            epoch=p.epoch,
+            context_kept=p.base,
+            context_added=[msgspec.msgpack.decode(bytes(i)) for i in p.items],
+            receipts=p.receipts,
+            checkpoint=header,
+            updated_at=p.updated_at,
+        )
+    elif rec.rtype == TRANSCRIPT:
+        out.update(
+            sequence=p.sequence,
+            created_at=p.created_at,
+            items=[msgspec.msgpack.decode(bytes(i)) for i in p.items],
+        )
+    elif rec.rtype == EXECUTION:
+        out.update(sequence=p.sequence, record=_to_builtins(p.record))
+    elif rec.rtype == EVENT:
+        out.update(
+            sequence=p.sequence,
+            recorded_at_ms=p.recorded_at_ms,
+            event=_to_builtins(p.event),
+            stream_metrics=_to_builtins(p.stream_metrics),
+            removes=p.removes,
+            transient=p.transient,
+        )
+    else:
+        out.update({f: getattr(p, f) for f in p.__struct_fields__})
+        out["type"] = "commit"
+    return out
+
+
+def replay(directory: str) -> Iterator[list[Record]]:
+    """Every committed record group of a session, in log order."""
+    log = open_log(directory)
+    try:
+        state = ScanState()
+        yield from log.committed(0, state, strict=False)
+    finally:
+        log.close()
+
+
+@dataclass
+class TypeStats:
+    records: int = 0
+    stored_bytes: int = 0
+    payload_bytes: int = 0  # after decompression
+    compressed_records: int = 0
+
+
+@dataclass
+class Stats:
+    commits: int = 0
+    log_bytes: int = 0
+    disk_bytes: int = 0
+    by_type: dict[str, TypeStats] = field(default_factory=dict)
+    largest: list[tuple[int, int, str]] = field(default_factory=list)  # (bytes, pos, type)
+    growth: list[tuple[str, int, int]] = field(default_factory=list)  # (day, commits, bytes)
+
+
+def session_stats(directory: str, top: int = 5) -> Stats:
+    import datetime
+
+    stats = Stats()
+    days: dict[str, list[int]] = {}
+    for commit in replay(directory):
+        stats.commits += 1
+        commit_bytes = sum(r.size for r in commit)
+        day = "?"
+        for rec in commit:
+            t = stats.by_type.setdefault(TYPE_NAMES[rec.rtype], TypeStats())
+            t.records += 1
+            t.stored_bytes += rec.size
+            t.payload_bytes += len(rec.payload) + 10
+            if rec.flags & FLAG_ZSTD:
+                t.compressed_records += 1
+            item = (rec.size, rec.pos, TYPE_NAMES[rec.rtype])
+            if len(stats.largest) < top:
+                heapq.heappush(stats.largest, item)
+            else:
+                heapq.heappushpop(stats.largest, item)
+            if rec.rtype == COMMIT:
+                at = payloads.commit_decoder.decode(rec.payload).committed_at_ms
+                day = datetime.datetime.fromtimestamp(at / 1000, datetime.timezone.utc).strftime(
+                    "%Y-%m-%d"
+                )
+            elif rec.rtype == EVENT and rec.commits:
+                at = payloads.event_decoder.decode(rec.payload).recorded_at_ms
+                day = datetime.datetime.fromtimestamp(at / 1000, datetime.timezone.utc).strftime(
+                    "%Y-%m-%d"
+                )
+        d = days.setdefault(day, [0, 0])
+        d[0] += 1
+        d[1] += commit_bytes
+        stats.log_bytes += commit_bytes
+    stats.largest.sort(reverse=True)
+    stats.growth = [(day, c, b) for day, (c, b) in sorted(days.items())]
+    for dirpath, _dirs, files in os.walk(directory):
+        for name in files:
+            try:
+                stats.disk_bytes += os.stat(os.path.join(dirpath, name)).st_blocks * 512
+            except OSError:
+                continue
+    return stats

@@ -1,0 +1,107 @@
+"""Conservative repair of one session: cut an unfinished tail, rebuild the caches.
+
+Repair takes the session's writer lock (so no writer is active), then:
+- a torn tail (an unfinished final commit) is copied aside to
+  `<session>/repair/<time>-<segment>.tail` and cut off;
+- with `cut_at_damage=True` only, a damaged record in the newest segment and
+  everything after it is copied aside and cut off the same way (this can drop
+  acknowledged commits after the damage, so it is never done by default);
+- damage in a sealed segment is not repaired: nothing is guessed;
+- every cache (indexes, snapshot) is deleted and rebuilt from the log.
+
+It reports exactly what it dropped: the byte range of the segment file and the
+last checkpoint and event sequences that remain.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from . import fsio
+from .errors import CorruptionError
+from .index import INDEX_FILES
+from .log import SEGMENT_HEADER_SIZE, ScanState
+from .session import SNAPSHOT_FILE, Session, SessionOptions
+
+
+@dataclass
+class RepairReport:
+    session_id: str
+    dropped: list[tuple[str, int, int, str]] = field(default_factory=list)  # path, from, to, why
+    saved_to: list[str] = field(default_factory=list)
+    caches_rebuilt: list[str] = field(default_factory=list)
+    last_checkpoint: int = -1
+    last_event: int = 0
+    refused: str = ""
+
+
+def repair_session(
+    directory: str, session_id: str, *, cut_at_damage: bool = False, lock_timeout: float = 10.0
+) -> RepairReport:
+    report = RepairReport(session_id)
+    options = SessionOptions(lock_timeout=lock_timeout)
+    # Opening reads the log only up to the first problem; it never writes.
+    try:
+        sess = Session(directory, session_id, options)
+    except CorruptionError as exc:
+        report.refused = f"{exc}; repair does not guess. Export what is readable instead."
+        return report
+    try:
+        sess.flock.acquire(lock_timeout)
+        try:
+            state = ScanState()
+            try:
+                for _ in sess.log.committed(0, state, strict=True):
+                    pass
+            except CorruptionError as exc:
+                report.refused = (
+                    f"damage in a sealed segment ({exc}); repair does not guess. "
+                    "Export what is readable or restore the file from a copy."
+                )
+                return report
+            if state.tail == "corrupt" and not cut_at_damage:
+                report.refused = (
+                    f"damaged record in the newest segment at file offset {state.file_offset}"
+                    f" ({state.detail}); commits after it may exist. Run with --cut-at-damage"
+                    " to drop everything from there (the dropped bytes are saved aside)."
+                )
+                return report
+            if state.tail in ("torn", "corrupt"):
+                _cut(sess, state, report)
+            for name in [*INDEX_FILES.values(), SNAPSHOT_FILE]:
+                path = os.path.join(directory, name)
+                if os.path.exists(path):
+                    fsio.unlink(path)
+                    report.caches_rebuilt.append(name)
+        finally:
+            sess.flock.release()
+    finally:
+        sess.close()
+    rebuilt = Session(directory, session_id, options)
+    try:
+        with rebuilt.writing():
+            rebuilt.flush_caches()
+        report.last_checkpoint = rebuilt.head.sequence
+        report.last_event = rebuilt.head.event_counter
+    finally:
+        rebuilt.close()
+    return report
+
+
+def _cut(sess: Session, state: ScanState, report: RepairReport) -> None:
+    seg = sess.log.segments[-1]
+    start = SEGMENT_HEADER_SIZE + state.end - seg.base
+    with open(seg.path, "rb") as f:
+        f.seek(start)
+        tail = f.read()
+    data = tail.rstrip(b"\x00")
+    keep_dir = os.path.join(sess.dir, "repair")
+    os.makedirs(keep_dir, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    saved = os.path.join(keep_dir, f"{stamp}-{os.path.basename(seg.path)}.tail")
+    fsio.write_file(saved, data, durable=True)
+    report.saved_to.append(saved)
+    report.dropped.append((seg.path, start, start + len(data), state.detail or state.tail))
+    sess.log.truncate_tail(state.end)

@@ -1,0 +1,369 @@
+"""Offline checks: read every byte of a store and report what is wrong, precisely.
+
+`verify` never takes a lock and never writes, so it can run beside a live
+writer (a commit being written at that moment is simply not yet visible). Each
+problem is one `Finding` naming the session, the file and the byte offset.
+Findings about the log are data problems; findings about caches (indexes,
+snapshot) say the cache will be rebuilt, since caches are never trusted blindly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from . import payloads
+from .errors import CorruptionError, FormatVersionError, JournalError
+from .index import (
+    INDEX_FILES,
+    KIND_CHECKPOINTS,
+    KIND_EVENTS,
+    KIND_EXECUTIONS,
+    KIND_TRANSCRIPTS,
+    REMOVED,
+    Index,
+)
+from .log import KIND_SESSION, Log, ScanState
+from .metafile import KIND_IDENTITY, KIND_SNAPSHOT, KIND_STATE, read_meta
+from .naming import dir_name
+from .record import CHECKPOINT, COMMIT, EVENT, EXECUTION, TRANSCRIPT, TYPE_NAMES
+from .session import IDENTITY_FILE, LOG_DIR, SNAPSHOT_FILE, Head, SessionIdentity
+
+SEVERITY_DATA = "data"  # the log or an identity/state file is damaged
+SEVERITY_CACHE = "cache"  # a derived file disagrees with the log (rebuilt automatically)
+SEVERITY_TAIL = "tail"  # an unfinished final commit (dropped on the next write)
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str
+    session: str | None
+    path: str
+    offset: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = self.path + (f":{self.offset}" if self.offset is not None else "")
+        who = f" session {self.session!r}" if self.session is not None else ""
+        return f"{self.severity}: {where}{who}: {self.message}"
+
+
+@dataclass
+class SessionReport:
+    session_id: str | None
+    directory: str
+    commits: int = 0
+    events: int = 0
+    checkpoints: int = 0
+    last_checkpoint: int = -1
+    log_bytes: int = 0
+
+
+_IDX_OF = {
+    EVENT: KIND_EVENTS,
+    CHECKPOINT: KIND_CHECKPOINTS,
+    TRANSCRIPT: KIND_TRANSCRIPTS,
+    EXECUTION: KIND_EXECUTIONS,
+}
+_DECODERS: dict[int, Any] = {
+    EVENT: payloads.event_decoder,
+    CHECKPOINT: payloads.checkpoint_decoder,
+    TRANSCRIPT: payloads.transcript_decoder,
+    EXECUTION: payloads.execution_decoder,
+    COMMIT: payloads.commit_decoder,
+}
+
+
+def verify_session_dir(directory: str) -> tuple[SessionReport, list[Finding]]:
+    """Check one session directory completely (read-only)."""
+    findings: list[Finding] = []
+    report = SessionReport(None, directory)
+    ident_path = os.path.join(directory, IDENTITY_FILE)
+    try:
+        ident = msgspec.msgpack.decode(read_meta(ident_path, KIND_IDENTITY), type=SessionIdentity)
+        report.session_id = ident.session_id
+        if dir_name(ident.session_id) != os.path.basename(directory):
+            findings.append(
+                Finding(
+                    SEVERITY_DATA,
+                    ident.session_id,
+                    ident_path,
+                    None,
+                    "identity does not match the directory name",
+                )
+            )
+    except FileNotFoundError:
+        findings.append(Finding(SEVERITY_DATA, None, ident_path, None, "identity file is missing"))
+    except (JournalError, msgspec.DecodeError) as exc:
+        offset = exc.offset if isinstance(exc, CorruptionError) else None
+        findings.append(Finding(SEVERITY_DATA, None, ident_path, offset, _msg(exc)))
+    sid = report.session_id
+    label = f"session {sid!r}" if sid is not None else directory
+    try:
+        log = Log(
+            os.path.join(directory, LOG_DIR), KIND_SESSION, segment_bytes=1 << 62, label=label
+        )
+    except (JournalError, OSError) as exc:
+        findings.append(_finding(exc, sid, os.path.join(directory, LOG_DIR)))
+        return report, findings
+    try:
+        expected = _scan(log, sid, report, findings)
+    finally:
+        log.close()
+    if expected is not None:
+        findings.extend(_check_indexes(directory, sid, expected))
+        findings.extend(_check_snapshot(directory, sid, report, log))
+    return report, findings
+
+
+def _scan(
+    log: Log, sid: str | None, report: SessionReport, findings: list[Finding]
+) -> dict[int, list[tuple[int, int, int, int]]] | None:
+    """Walk every commit; return the index entries the log implies."""
+    expected: dict[int, list[tuple[int, int, int, int]]] = {k: [] for k in INDEX_FILES}
+    state = ScanState()
+    last_cp = -1
+    counter = 0
+    context_len = 0
+    epoch = 0
+    try:
+        for commit in log.committed(0, state, strict=True):
+            report.commits += 1
+            for rec in commit:
+                decoder = _DECODERS.get(rec.rtype)
+                if decoder is None:
+                    findings.append(
+                        Finding(
+                            SEVERITY_DATA,
+                            sid,
+                            log.label,
+                            rec.pos,
+                            f"unexpected record type {rec.rtype}",
+                        )
+                    )
+                    continue
+                try:
+                    p = decoder.decode(rec.payload)
+                except msgspec.DecodeError as exc:
+                    findings.append(
+                        Finding(
+                            SEVERITY_DATA,
+                            sid,
+                            _seg_path(log, rec.pos),
+                            _file_offset(log, rec.pos),
+                            f"{TYPE_NAMES[rec.rtype]} payload does not decode: {exc}",
+                        )
+                    )
+                    continue
+                kind = _IDX_OF.get(rec.rtype)
+                if kind is None:
+                    continue
+                flags = 0
+                if rec.rtype == EVENT:
+                    counter += 1
+                    if p.sequence != counter:
+                        findings.append(
+                            Finding(
+                                SEVERITY_DATA,
+                                sid,
+                                _seg_path(log, rec.pos),
+                                _file_offset(log, rec.pos),
+                                f"event sequence {p.sequence}, expected {counter}",
+                            )
+                        )
+                    flags = REMOVED if p.transient else 0
+                    for r in p.removes:
+                        if 0 < r <= len(expected[KIND_EVENTS]):
+                            k, pos, size, f = expected[KIND_EVENTS][r - 1]
+                            expected[KIND_EVENTS][r - 1] = (k, pos, size, f | REMOVED)
+                elif rec.rtype == CHECKPOINT:
+                    if p.sequence <= last_cp:
+                        findings.append(
+                            Finding(
+                                SEVERITY_DATA,
+                                sid,
+                                _seg_path(log, rec.pos),
+                                _file_offset(log, rec.pos),
+                                f"checkpoint {p.sequence} does not advance {last_cp}",
+                            )
+                        )
+                    if last_cp >= 0 and p.epoch == epoch and p.base != context_len:
+                        findings.append(
+                            Finding(
+                                SEVERITY_DATA,
+                                sid,
+                                _seg_path(log, rec.pos),
+                                _file_offset(log, rec.pos),
+                                f"checkpoint {p.sequence} keeps {p.base} context"
+                                f" items but {context_len} are stored",
+                            )
+                        )
+                    context_len = p.base + len(p.items)
+                    epoch = p.epoch
+                    last_cp = p.sequence
+                    report.checkpoints += 1
+                expected[kind].append((p.sequence, rec.pos, rec.size, flags))
+    except CorruptionError as exc:
+        findings.append(Finding(SEVERITY_DATA, sid, exc.path or log.label, exc.offset, _msg(exc)))
+        return None
+    except (JournalError, OSError) as exc:
+        findings.append(_finding(exc, sid, log.label))
+        return None
+    report.events = counter
+    report.last_checkpoint = last_cp
+    report.log_bytes = state.end
+    if state.tail == "corrupt":
+        findings.append(Finding(SEVERITY_DATA, sid, state.path, state.file_offset, state.detail))
+    elif state.tail == "torn":
+        findings.append(
+            Finding(
+                SEVERITY_TAIL,
+                sid,
+                state.path,
+                state.file_offset,
+                f"unfinished final commit ({state.detail}); the next writer drops it",
+            )
+        )
+    return expected
+
+
+def _check_indexes(
+    directory: str, sid: str | None, expected: dict[int, list[tuple[int, int, int, int]]]
+) -> Iterator[Finding]:
+    for kind, name in INDEX_FILES.items():
+        path = os.path.join(directory, name)
+        if not os.path.exists(path):
+            continue  # not written yet: the first writer flushes it
+        idx = Index(directory, kind)
+        try:
+            if not idx.load():
+                yield Finding(
+                    SEVERITY_CACHE, sid, path, 0, "index header is damaged (rebuilt on next open)"
+                )
+                continue
+            want = expected[kind]
+            if idx.flushed > len(want):
+                yield Finding(
+                    SEVERITY_CACHE,
+                    sid,
+                    path,
+                    None,
+                    f"index has {idx.flushed} entries, the log only {len(want)}",
+                )
+                continue
+            got = idx.read_block(0, idx.flushed)
+            for i, (a, b) in enumerate(zip(got, want, strict=False)):
+                key_ok = a[0] == b[0] and a[1] == b[1] and a[2] == b[2]
+                flags_ok = (
+                    kind != KIND_EVENTS
+                    or (a[3] & REMOVED) == (b[3] & REMOVED)
+                    or (
+                        # a removal recorded after the index was flushed is not a fault
+                        not a[3] & REMOVED and b[3] & REMOVED
+                    )
+                )
+                if not key_ok or not flags_ok:
+                    entry = idx.entry.size
+                    yield Finding(
+                        SEVERITY_CACHE,
+                        sid,
+                        path,
+                        48 + i * entry,
+                        f"index entry {i} disagrees with the log (rebuilt on next use)",
+                    )
+                    break
+        except Exception as exc:  # any failure reading a cache is a finding, never a crash
+            yield Finding(SEVERITY_CACHE, sid, path, None, f"index unreadable: {exc}")
+        finally:
+            idx.close()
+
+
+def _check_snapshot(
+    directory: str, sid: str | None, report: SessionReport, log: Log
+) -> Iterator[Finding]:
+    path = os.path.join(directory, SNAPSHOT_FILE)
+    if not os.path.exists(path):
+        return
+    try:
+        head = msgspec.msgpack.decode(read_meta(path, KIND_SNAPSHOT), type=Head)
+    except (JournalError, msgspec.DecodeError) as exc:
+        yield Finding(
+            SEVERITY_CACHE,
+            sid,
+            path,
+            getattr(exc, "offset", None),
+            f"snapshot unreadable ({_msg(exc)}); rebuilt from the log",
+        )
+        return
+    if head.covered > report.log_bytes:
+        yield Finding(
+            SEVERITY_CACHE,
+            sid,
+            path,
+            None,
+            f"snapshot covers position {head.covered} beyond the log's"
+            f" {report.log_bytes}; rebuilt from the log",
+        )
+
+
+def verify_state_dir(directory: str) -> Iterator[Finding]:
+    for name in sorted(os.listdir(directory)):
+        if ".tmp." in name:
+            continue
+        path = os.path.join(directory, name)
+        try:
+            read_meta(path, KIND_STATE)
+        except (JournalError, OSError) as exc:
+            yield _finding(exc, None, path)
+
+
+def verify_store(
+    root: str, session_dirs: list[str] | None = None
+) -> Iterator[tuple[SessionReport | None, list[Finding]]]:
+    """Yield (report, findings) per session directory, then for state and the manifest."""
+    from .metafile import KIND_MANIFEST
+
+    manifest = os.path.join(root, "JOURNAL")
+    try:
+        read_meta(manifest, KIND_MANIFEST)
+    except FileNotFoundError:
+        yield None, [Finding(SEVERITY_DATA, None, manifest, None, "store manifest is missing")]
+    except (JournalError, FormatVersionError) as exc:
+        yield None, [_finding(exc, None, manifest)]
+    sessions_root = os.path.join(root, "sessions")
+    names = session_dirs if session_dirs is not None else sorted(os.listdir(sessions_root))
+    for name in names:
+        yield verify_session_dir(os.path.join(sessions_root, name))
+    if session_dirs is None:
+        state_root = os.path.join(root, "state")
+        if os.path.isdir(state_root):
+            for scope in sorted(os.listdir(state_root)):
+                found = list(verify_state_dir(os.path.join(state_root, scope)))
+                if found:
+                    yield None, found
+
+
+def _seg_path(log: Log, pos: int) -> str:
+    return log._segment_for(pos)[1].path
+
+
+def _file_offset(log: Log, pos: int) -> int:
+    from .log import SEGMENT_HEADER_SIZE
+
+    seg = log._segment_for(pos)[1]
+    return SEGMENT_HEADER_SIZE + pos - seg.base
+
+
+def _msg(exc: BaseException) -> str:
+    text = str(exc)
+    return text
+
+
+def _finding(exc: BaseException, sid: str | None, path: str) -> Finding:
+    if isinstance(exc, CorruptionError):
+        return Finding(SEVERITY_DATA, sid, exc.path or path, exc.offset, str(exc))
+    return Finding(SEVERITY_DATA, sid, path, None, str(exc))
