@@ -8,6 +8,7 @@ started: the worker thread finishes the commit (it is never left half-done).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -113,10 +114,21 @@ class AsyncStore:
         )
 
     async def fork_at(
-        self, parent_session_id: str, parent_sequence: int, child_session_id: str
+        self,
+        parent_session_id: str,
+        parent_sequence: int,
+        child_session_id: str,
+        *,
+        metadata: dict[str, Any] | None = None,
     ) -> SessionSummary:
         return await asyncio.to_thread(
-            self.sync.fork_at, parent_session_id, parent_sequence, child_session_id
+            functools.partial(
+                self.sync.fork_at,
+                parent_session_id,
+                parent_sequence,
+                child_session_id,
+                metadata=metadata,
+            )
         )
 
     async def close(self) -> None:

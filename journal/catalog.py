@@ -24,6 +24,7 @@ import bisect
 import contextlib
 import os
 import threading
+import time
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 import msgspec
 
 from . import fsio
-from .errors import CorruptionError, JournalError
+from .errors import CorruptionError, JournalError, StorageError
 from .locks import FileLock
 from .log import KIND_CATALOG, Log, ScanState
 from .record import CATALOG, frame
@@ -43,6 +44,16 @@ BOOT_FILE = "BOOT"
 
 OP_UPSERT = 1
 OP_DELETE = 2
+OP_RESET = 3
+"""Reconciliation: the entry is replaced by this one whatever `covered` says.
+
+An upsert only wins over a greater `covered`, which is right among writers of
+one log, but the catalog can also be *ahead* of a session's log: a copy taken
+while a writer ran (`cp -a` copies the catalog after the session), a power loss
+in "os" mode (the catalog's unsynced bytes survived, the log's did not), a log
+cut by `journal repair`. Only a record derived from the log as it is can undo
+that; it is written under the session's writer lock, so no commit is missed.
+"""
 
 
 class CatalogRecord(msgspec.Struct, array_like=True):
@@ -100,6 +111,8 @@ class Catalog:
         if r.op == OP_DELETE:
             self._remove(sid)
             return
+        if r.op == OP_RESET:
+            self._remove(sid)
         if r.summary is not None and r.covered >= self.positions.get(sid, -1):
             self._remove_keys(sid)
             self.summaries[sid] = r.summary
@@ -211,10 +224,37 @@ class ProcessRegistry:
             if session_dir_name in self._noted:
                 return
             if self._fd is None:
-                self._lock.try_acquire()
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                self._register()
+            assert self._fd is not None
             os.write(self._fd, session_dir_name.encode() + b"\n")
             self._noted.add(session_dir_name)
+
+    def _register(self) -> None:
+        """Publish the registration file already locked.
+
+        Created under its final name and locked afterwards, it could be found
+        unlocked in between by another process, taken for a dead process's,
+        reconciled and removed: later notes would go to a deleted file, and a
+        crash of this process would then leave its sessions unreconciled. So the
+        file is created and locked under a hidden temporary name (which probes
+        skip) and renamed into place with the lock held.
+        """
+        tmp = os.path.join(self.dir, f".{os.path.basename(self.path)}.tmp")
+        lock = FileLock(tmp, "process registration")
+        if not lock.try_acquire():
+            lock.close()
+            raise StorageError(f"cannot lock new process registration {tmp}")
+        try:
+            os.rename(tmp, self.path)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        except BaseException:
+            lock.close()
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        lock.path = self.path
+        self._lock.close()
+        self._lock = lock
 
     def dead_registrations(self) -> list[tuple[str, list[str]]]:
         """(path, session dir names) of registrations whose process is gone."""
@@ -226,6 +266,9 @@ class ProcessRegistry:
         for name in names:
             path = os.path.join(self.dir, name)
             if path == self.path:
+                continue
+            if name.startswith("."):
+                self._remove_abandoned(path)
                 continue
             lock = FileLock(path, "process registration")
             try:
@@ -241,18 +284,43 @@ class ProcessRegistry:
                 lock.close()
         return out
 
+    @staticmethod
+    def _remove_abandoned(path: str) -> None:
+        """A temporary registration of a process that died before publishing it.
+
+        Only old ones are touched: a young one may be in the middle of being
+        published, and taking its lock then would make that registration fail.
+        """
+        try:
+            if time.time() - os.stat(path).st_mtime < 60:
+                return
+        except OSError:
+            return
+        lock = FileLock(path, "process registration")
+        try:
+            if lock.try_acquire():
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+        except JournalError:
+            pass
+        finally:
+            lock.close()
+
     def forget(self, path: str) -> None:
         with contextlib.suppress(JournalError):
             fsio.unlink(path)
 
     def close(self) -> None:
+        registered = self._fd is not None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        # A clean exit leaves nothing to reconcile: remove the file while still
+        # holding its lock, so no probe takes it for a dead process's meanwhile.
+        if registered:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
         self._lock.close()
-        # A clean exit leaves nothing to reconcile.
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
 
 
 def boot_id() -> str:
@@ -263,10 +331,27 @@ def boot_id() -> str:
         return ""
 
 
-def boot_changed(catalog_dir: str) -> bool:
-    """Whether the machine rebooted since the boot id was last recorded (and record it)."""
+def machine_and_place(root: str) -> str:
+    """The boot id and the store directory's identity (device and inode), as one line."""
+    try:
+        st = os.stat(root)
+        place = f"{st.st_dev}:{st.st_ino}"
+    except OSError:
+        place = ""
+    return f"{boot_id()} {place}"
+
+
+def boot_changed(catalog_dir: str, root: str | None = None) -> bool:
+    """Whether the catalog may disagree with the sessions wholesale (and record the check).
+
+    True after a reboot (unsynced catalog records may have been lost, or have
+    outlived the session bytes they describe) and when the store directory is
+    not the one the catalog was last used in: a copy (`cp -a`) or a restored
+    backup, whose catalog was copied at another moment than its sessions. Both
+    call for re-checking every session.
+    """
     path = os.path.join(catalog_dir, BOOT_FILE)
-    current = boot_id()
+    current = boot_id() if root is None else machine_and_place(root)
     try:
         with open(path) as f:
             seen = f.read().strip()

@@ -4,8 +4,10 @@ Within one `context_epoch` the stored context items are an immutable prefix of
 every later checkpoint's context, so a save stores only the new tail. A higher
 epoch replaces the context; an epoch going backwards, or a changed or
 truncated prefix without a new epoch, is rejected and nothing changes.
-Comparison is by value: encoded bytes first (fast), decoded values when the
-bytes differ (a dict with another key order is the same JSON value).
+Comparison is by JSON value: encoded bytes first (fast), decoded values when
+the bytes differ (a dict with another key order is the same JSON value). The
+value comparison keeps JSON's types apart, as serde_json does: `true`, `1` and
+`1.0` are three different values, although Python finds them equal.
 """
 
 from __future__ import annotations
@@ -50,12 +52,47 @@ def plan_context(
     if n and _encode(new_items[:n]) != _array_header(n) + b"".join(stored):
         for i in range(n):
             item = new_items[i]
-            if _encode(item) != stored[i] and _decode(stored[i]) != item:
+            if _encode(item) != stored[i] and not json_equal(_decode(stored[i]), item):
                 raise ContractViolationError(
                     "context prefix changed without advancing its epoch "
                     f"(item {i}, epoch {new_epoch})"
                 )
     return n, encode_items(new_items[n:])
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """Equality of two JSON values that tells booleans, integers and floats apart.
+
+    Objects compare without regard to key order, arrays in order. Iterative, so
+    deep values cannot exhaust the Python stack.
+    """
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if _kind(x) != _kind(y):
+            return False
+        if isinstance(x, dict):
+            if x.keys() != y.keys():
+                return False
+            stack.extend((x[k], y[k]) for k in x)
+        elif isinstance(x, (list, tuple)):
+            if len(x) != len(y):
+                return False
+            stack.extend(zip(x, y, strict=True))
+        elif x != y:
+            return False
+    return True
+
+
+def _kind(value: Any) -> type:
+    # bool is a subclass of int; tuples encode as arrays, like lists.
+    if isinstance(value, bool):
+        return bool
+    if isinstance(value, int):
+        return int
+    if isinstance(value, tuple):
+        return list
+    return type(value)
 
 
 def _array_header(n: int) -> bytes:

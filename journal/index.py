@@ -7,9 +7,17 @@ are flushed in batches, so an append costs no extra system call.
 
 Two shapes share one file layout (FORMAT.md, "Index files"):
 - dense (events): entry i describes event sequence i + 1, so lookups are
-  arithmetic; 16-byte entries `pos u64, size u32, flags u32` (flag 1: removed);
+  arithmetic; 16-byte entries `pos u64, size u32, flags u32` (bit 0 of flags:
+  removed; bits 8..31: check, see below);
 - sparse (checkpoints, transcript batches, executions): entries sorted by key,
-  24 bytes `key u64, pos u64, size u32, reserved u32`; lookups binary-search.
+  24 bytes `key u64, pos u64, size u32, check u32`; lookups binary-search.
+
+Every entry carries a check (CRC-32 of its slot number and fields; 24 bits of it
+in a dense entry) verified whenever the entry is read from the file. The header
+CRC covers only the header, and a record read through a damaged entry is not
+always caught by the record's own checks: a flipped "removed" bit would hide an
+event and a damaged sparse key would hide a checkpoint, silently. A failed
+check raises `IndexDoubtError`, and the caller rebuilds from the log.
 """
 
 from __future__ import annotations
@@ -23,12 +31,12 @@ from . import fsio
 from .errors import StorageError
 
 INDEX_MAGIC = b"JRNLIDX\x00"
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: entries carry a check (files of version 1 are rebuilt)
 # magic, version, kind, covered, count, anchor_pos, anchor_crc, crc, reserved
 INDEX_HEADER = struct.Struct("<8sHHQQQII4x")
 INDEX_HEADER_SIZE = INDEX_HEADER.size  # 48
 DENSE = struct.Struct("<QII")
-SPARSE = struct.Struct("<QQI4x")
+SPARSE = struct.Struct("<QQII")
 
 KIND_EVENTS = 1
 KIND_CHECKPOINTS = 2
@@ -42,7 +50,23 @@ INDEX_FILES = {
 }
 
 REMOVED = 1
+_FLAG_BITS = 0xFF  # dense flags live in the low byte; the upper 24 bits are the check
 _BLOCK = 256  # entries read per pread when walking backwards
+_CHECKED = struct.Struct("<QQQII")
+
+
+def entry_check(i: int, key: int, pos: int, size: int, flags: int) -> int:
+    """CRC-32 of an entry's slot and fields (a dense entry keeps the upper 24 bits)."""
+    return zlib.crc32(_CHECKED.pack(i, key, pos, size, flags & _FLAG_BITS))
+
+
+def pack_dense(i: int, pos: int, size: int, flags: int) -> bytes:
+    check = entry_check(i, i + 1, pos, size, flags) & 0xFFFFFF00
+    return DENSE.pack(pos, size, check | (flags & _FLAG_BITS))
+
+
+def pack_sparse(i: int, key: int, pos: int, size: int) -> bytes:
+    return SPARSE.pack(key, pos, size, entry_check(i, key, pos, size, 0))
 
 
 def encode_index_header(kind: int, covered: int, count: int, anchor: tuple[int, int]) -> bytes:
@@ -69,7 +93,8 @@ class Index:
         self._pos = array("Q")
         self._size = array("I")
         self._flags = array("I")
-        self._dirty_flags: dict[int, int] = {}
+        self._dirty_flags: dict[int, tuple[int, int, int]] = {}  # i -> (flags, pos, size)
+        self.doubt = ""  # why the flushed entries cannot be trusted ("" if they can)
 
     # ------------------------------------------------------------------ state
     @property
@@ -84,6 +109,7 @@ class Index:
         self._keys, self._pos = array("Q"), array("Q")
         self._size, self._flags = array("I"), array("I")
         self._dirty_flags.clear()
+        self.doubt = ""
 
     def load(self) -> bool:
         """Adopt the file's flushed entries if its header is sound; else start empty."""
@@ -133,7 +159,15 @@ class Index:
         if i >= self.flushed:
             self._flags[i - self.flushed] |= REMOVED
         else:
-            self._dirty_flags[i] = self.get(i)[3] | REMOVED
+            try:
+                _, pos, size, flags = self.get(i)
+            except IndexDoubtError as exc:
+                # Called while a commit is applied: failing here would fail the
+                # commit (raw, as IndexDoubtError). Remember it; the next read
+                # through this index raises it and the index is rebuilt.
+                self.doubt = str(exc)
+                return
+            self._dirty_flags[i] = (flags | REMOVED, pos, size)
 
     def truncate_to(self, count: int) -> None:
         """Forget entries from `count` on (used when a rebuilt tail starts earlier)."""
@@ -154,6 +188,8 @@ class Index:
     def read_block(self, lo: int, hi: int) -> list[tuple[int, int, int, int]]:
         """Entries [lo, hi) in order."""
         out: list[tuple[int, int, int, int]] = []
+        if self.doubt:
+            raise IndexDoubtError(self.doubt)
         if lo < self.flushed:
             stop = min(hi, self.flushed)
             assert self._fd is not None
@@ -162,13 +198,20 @@ class Index:
             if len(data) != (stop - lo) * esz:
                 raise IndexDoubtError(f"index {self.path} is shorter than its header says")
             for k in range(stop - lo):
+                i = lo + k
                 if self.dense:
-                    pos, size, flags = DENSE.unpack_from(data, k * esz)
-                    key = lo + k + 1
+                    pos, size, word = DENSE.unpack_from(data, k * esz)
+                    key, flags = i + 1, word & _FLAG_BITS
+                    ok = word & 0xFFFFFF00 == entry_check(i, key, pos, size, flags) & 0xFFFFFF00
                 else:
-                    key, pos, size = SPARSE.unpack_from(data, k * esz)
+                    key, pos, size, check = SPARSE.unpack_from(data, k * esz)
                     flags = 0
-                flags = self._dirty_flags.get(lo + k, flags)
+                    ok = check == entry_check(i, key, pos, size, 0)
+                if not ok:
+                    raise IndexDoubtError(f"index {self.path}: entry {i} fails its check")
+                dirty = self._dirty_flags.get(i)
+                if dirty is not None:
+                    flags = dirty[0]
                 out.append((key, pos, size, flags))
             lo = stop
         for i in range(max(lo, self.flushed), hi):
@@ -234,7 +277,7 @@ class Index:
     # ------------------------------------------------------------ persistence
     def flush(self, covered: int, anchor: tuple[int, int]) -> None:
         """Write pending entries and flag changes, then the header (no fsync: a cache)."""
-        if not self._pos and not self._dirty_flags and covered == self.file_covered:
+        if self.doubt or (not self._pos and not self._dirty_flags and covered == self.file_covered):
             return
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -242,17 +285,18 @@ class Index:
             if self.flushed == 0:
                 fsio.truncate(fd, INDEX_HEADER_SIZE, self.path)
             parts = []
+            base = self.flushed
             for j in range(len(self._pos)):
                 if self.dense:
-                    parts.append(DENSE.pack(self._pos[j], self._size[j], self._flags[j]))
+                    parts.append(pack_dense(base + j, self._pos[j], self._size[j], self._flags[j]))
                 else:
-                    parts.append(SPARSE.pack(self._keys[j], self._pos[j], self._size[j]))
+                    parts.append(pack_sparse(base + j, self._keys[j], self._pos[j], self._size[j]))
             if parts:
                 fsio.pwrite(fd, b"".join(parts), INDEX_HEADER_SIZE + self.flushed * esz, self.path)
-            for i, flags in self._dirty_flags.items():
-                # only the dense index carries flags
+            for i, (flags, pos, size) in self._dirty_flags.items():
+                # only the dense index carries flags; the check covers them, so rewrite the entry
                 fsio.pwrite(
-                    fd, struct.pack("<I", flags), INDEX_HEADER_SIZE + i * esz + 12, self.path
+                    fd, pack_dense(i, pos, size, flags), INDEX_HEADER_SIZE + i * esz, self.path
                 )
             count = self.count
             header = encode_index_header(self.kind, covered, count, anchor)

@@ -20,6 +20,7 @@ fdatasync.
 from __future__ import annotations
 
 import os
+import re
 import struct
 import threading
 import zlib
@@ -32,6 +33,7 @@ from .record import (
     END,
     FLAG_COMMIT,
     HEADER_SIZE,
+    KNOWN_FLAGS,
     OK,
     SHORT,
     TYPE_NAMES,
@@ -55,6 +57,9 @@ _GAP = 64 << 10  # records closer than this are read together
 _SPAN = 4 << 20
 _PREALLOC_MIN = 64 << 10
 _PREALLOC_MAX = 4 << 20
+# Where a record header could start: a known type byte (1..6) then known flags (0..3).
+_CANDIDATE = re.compile(rb"(?=.{8}[\x01-\x06][\x00-\x03])", re.DOTALL)
+assert set(TYPE_NAMES) == set(range(1, 7)) and KNOWN_FLAGS == 0x03
 
 
 def segment_name(base: int) -> str:
@@ -101,6 +106,9 @@ class ScanState:
     path: str = ""
     file_offset: int = 0
     dropped: int = 0  # bytes after `end` in the newest segment (torn/uncommitted tails)
+    stop_pos: int = 0  # where the first unreadable record starts (newest segment)
+    stop_offset: int = 0  # ... as an offset in `path`
+    at_eof: bool = True  # the scan stopped at the end of the newest segment's file
 
 
 @dataclass
@@ -123,6 +131,7 @@ class Log:
         self.label = label
         self.segments: list[Segment] = []
         self._fds: dict[str, int] = {}
+        self._retired: list[int] = []  # replaced descriptors, closed with the log
         self._fd_lock = threading.Lock()
         self._writer: _Writer | None = None
         self.list_segments()
@@ -165,9 +174,29 @@ class Log:
         self.segments = segs
         return segs
 
-    def _fd(self, path: str) -> int:
+    def _fd(self, path: str, *, fresh: bool = False) -> int:
+        """A cached read-only descriptor of a segment.
+
+        With `fresh` (scans), first make sure it is still the file at `path`: a
+        segment left empty by a roll that crashed is unlinked by recovery, and the
+        next roll creates a new file under the same name. A descriptor of the old
+        file made scans here see an empty newest segment again and "recover" it
+        by unlinking the new one, with its committed records (found by
+        tests/test_crash.py::test_crashed_roll_seen_by_another_store).
+        """
         with self._fd_lock:
             fd = self._fds.get(path)
+            if fd is not None and fresh:
+                try:
+                    same = os.path.samestat(os.fstat(fd), os.stat(path))
+                except FileNotFoundError:
+                    same = False
+                except OSError as exc:
+                    raise StorageError(f"cannot stat {path}: {exc.strerror}") from exc
+                if not same:
+                    del self._fds[path]
+                    self._retired.append(fd)  # another thread may still read through it
+                    fd = None
             if fd is None:
                 try:
                     fd = os.open(path, os.O_RDONLY)
@@ -219,7 +248,14 @@ class Log:
                 offset=SEGMENT_HEADER_SIZE + pos - seg.base,
             )
         _, rtype, flags, start, end = res
-        payload = open_payload(rtype, flags, data[start:end], path=self.label, offset=pos)
+        _, seg = self._segment_for(pos)
+        payload = open_payload(
+            rtype,
+            flags,
+            data[start:end],
+            path=seg.path,
+            offset=SEGMENT_HEADER_SIZE + pos - seg.base,
+        )
         return Record(pos, size, rtype, flags, payload, _crc_at(data, 0))
 
     def read_record_at(self, pos: int) -> Record:
@@ -259,7 +295,11 @@ class Log:
                         offset=SEGMENT_HEADER_SIZE + pos - seg.base,
                     )
                 payload = open_payload(
-                    res[1], res[2], data[res[3] : res[4]], path=seg.path, offset=pos
+                    res[1],
+                    res[2],
+                    data[res[3] : res[4]],
+                    path=seg.path,
+                    offset=SEGMENT_HEADER_SIZE + pos - seg.base,  # a file offset, not a position
                 )
                 out[order[t]] = Record(pos, size, res[1], res[2], payload, _crc_at(data, 0))
             k = j + 1
@@ -287,7 +327,14 @@ class Log:
         while idx < len(self.segments):
             seg = self.segments[idx]
             newest = idx == len(self.segments) - 1
-            fd = self._fd(seg.path)
+            try:
+                fd = self._fd(seg.path, fresh=True)
+            except CorruptionError:
+                if not newest or os.path.exists(seg.path):
+                    raise
+                # recovery elsewhere removed an empty newest segment (a crashed roll)
+                self.list_segments()
+                continue
             try:
                 file_size = os.fstat(fd).st_size
             except OSError as exc:
@@ -346,6 +393,17 @@ class Log:
             if not newest:
                 if outcome == END and at_eof and not pending:
                     idx += 1
+                    nxt = self.segments[idx]
+                    if nxt.base != pos:
+                        # Positions are dense across segments: a gap means segments
+                        # are missing (without this check the scan read the next
+                        # segment at a negative offset and failed with EINVAL).
+                        raise CorruptionError(
+                            f"{self.label}: log positions {pos}..{nxt.base} are missing"
+                            " (a segment file is missing)",
+                            path=nxt.path,
+                            offset=0,
+                        )
                     continue
                 raise CorruptionError(
                     f"{self.label}: damaged or missing data in a sealed segment at position {pos}",
@@ -356,6 +414,9 @@ class Log:
             state.path = seg.path
             state.tail_pos = state.end
             state.file_offset = SEGMENT_HEADER_SIZE + state.end - seg.base
+            state.stop_pos = pos
+            state.stop_offset = SEGMENT_HEADER_SIZE + pos - seg.base
+            state.at_eof = at_eof
             if outcome == END and at_eof and not pending:
                 if self._newer_segment_appeared():
                     idx += 1
@@ -373,8 +434,19 @@ class Log:
                     return
                 state.tail = "corrupt"
                 state.detail = f"zeroed bytes at position {pos} followed by data"
+                state.file_offset = state.stop_offset  # where the zeros start
                 return
             if outcome == SHORT:
+                if self._record_after(fd, seg, pos, seg_end):
+                    # A length field claiming more than the file holds, with intact
+                    # records behind it, is damage, not a write cut off by a crash
+                    # (a torn write leaves nothing valid after it). Cutting here
+                    # would silently drop those committed records.
+                    state.tail = "corrupt"
+                    state.detail = f"record at position {pos} has a damaged length"
+                    state.tail_pos = pos
+                    state.file_offset = state.stop_offset
+                    return
                 state.tail = "torn"
                 state.detail = f"record at position {pos} is cut off by the end of the file"
                 state.dropped = seg_end - state.end
@@ -384,7 +456,10 @@ class Log:
             if not strict:
                 state.tail = "uncommitted"
                 return
-            if self._all_zero(fd, seg, frame_end, seg_end):
+            if self._all_zero(fd, seg, frame_end, seg_end) and not self._record_after(
+                fd, seg, pos, frame_end
+            ):
+                # (a damaged length can make one frame swallow the records after it)
                 state.tail = "torn"
                 state.detail = (
                     f"final record at position {pos} fails its checksum and nothing follows it"
@@ -405,6 +480,21 @@ class Log:
         self.list_segments()
         return len(self.segments) > before
 
+    def zeros_after(self, pos: int, size: int) -> bool:
+        """Are the `size` bytes from position `pos` of the newest segment zero (or absent)?"""
+        seg = self.segments[-1]
+        off = SEGMENT_HEADER_SIZE + pos - seg.base
+        return not _pread(self._fd(seg.path), size, off, seg.path).strip(b"\0")
+
+    def _record_after(self, fd: int, seg: Segment, start: int, end: int) -> bool:
+        """Does a valid record start anywhere in (start, end)? (recovery only)"""
+        off = SEGMENT_HEADER_SIZE + start + 1 - seg.base
+        stop = SEGMENT_HEADER_SIZE + end - seg.base
+        data = _pread(fd, max(0, stop - off), off, seg.path)
+        if not data.strip(b"\0"):
+            return False
+        return any(parse_at(data, m.start())[0] == OK for m in _CANDIDATE.finditer(data))
+
     def _all_zero(self, fd: int, seg: Segment, start: int, end: int) -> bool:
         off = SEGMENT_HEADER_SIZE + start - seg.base
         stop = SEGMENT_HEADER_SIZE + end - seg.base
@@ -423,9 +513,18 @@ class Log:
         seg = self.segments[-1]
         if self._writer is not None and self._writer.seg.path == seg.path:
             w = self._writer
+            try:
+                size = os.fstat(w.fd).st_size
+            except OSError as exc:
+                raise StorageError(f"cannot stat {seg.path}: {exc.strerror}") from exc
             with w.cond:
                 w.data_end = end
                 w.synced_end = min(w.synced_end, end)
+                # Another process may have appended (and preallocated) since our last
+                # commit, or cut a torn tail. A stale `alloc_end` below `end` made
+                # `write` "preallocate" zeros from it, over that process's committed
+                # records (found by tests/test_concurrency.py): take the file's size.
+                w.alloc_end = seg.base + max(size - SEGMENT_HEADER_SIZE, 0)
             return
         self.close_writer()
         try:
@@ -509,7 +608,8 @@ class Log:
     def wait_durable(self, end: int) -> None:
         """Return once every byte before `end` is on stable storage (group commit)."""
         w = self._writer
-        assert w is not None
+        if w is None:
+            return  # closed meanwhile (recovery or close): close_writer synced its bytes
         with w.cond:
             while w.synced_end < end:
                 if w.poisoned:
@@ -555,19 +655,35 @@ class Log:
         )
 
     def close_writer(self) -> None:
-        if self._writer is not None:
-            with self._writer.cond:
-                while self._writer.syncing:
-                    self._writer.cond.wait()
-            os.close(self._writer.fd)
-            self._writer = None
+        w = self._writer
+        if w is None:
+            return
+        self._writer = None
+        with w.cond:
+            while w.syncing:
+                w.cond.wait()
+            try:
+                # Group commit syncs after the lock is released, so threads may still be
+                # about to wait for commits written before now. Sync them here: they then
+                # find their bytes durable, instead of syncing a closed descriptor (or
+                # asserting on a missing writer) when recovery closes the writer.
+                if w.synced_end < w.data_end and not w.poisoned:
+                    fsio.sync_data(w.fd, w.seg.path)
+                    w.synced_end = w.data_end
+            except StorageError as exc:
+                w.poisoned = str(exc)
+                raise
+            finally:
+                w.cond.notify_all()
+                os.close(w.fd)
 
     def close(self) -> None:
         self.close_writer()
         with self._fd_lock:
-            for fd in self._fds.values():
+            for fd in [*self._fds.values(), *self._retired]:
                 os.close(fd)
             self._fds.clear()
+            self._retired.clear()
 
 
 def _create_segment_file(path: str, kind: int, base: int, *, replace: bool = False) -> None:

@@ -169,6 +169,12 @@ class Session:
         self._snapshot_size = 0
         self._recovered = False
         self.recovery: Recovery | None = None
+        # Damage a scan of the log ran into, and the end of the readable prefix before
+        # it. Structures covering no more than `damage_end` lack what lies after it.
+        self.damage: CorruptionError | None = None
+        self.damage_end = 0
+        # (path, position) of the last unusable tail a reader classified, and the verdict
+        self._tail_checked: tuple[tuple[str, int], CorruptionError | None] | None = None
         self.tail_state = ScanState()
         self._open_caches()
 
@@ -213,7 +219,8 @@ class Session:
             self.head = head
             self._receipts = set(head.receipts)
             self._snapshot_covered = head.covered
-        self._catch_up(strict=False)
+        # Damage is remembered, not raised: the committed prefix before it stays readable.
+        self._catch_up(strict=False, tolerate=True, cold=True)
 
     def _load_snapshot(self) -> Head | None:
         path = os.path.join(self.dir, SNAPSHOT_FILE)
@@ -242,20 +249,144 @@ class Session:
             return False
         return rec.commits and rec.crc == crc
 
-    def _catch_up(self, *, strict: bool) -> ScanState:
-        """Apply every committed record past what the head and indexes know."""
+    def _catch_up(self, *, strict: bool, tolerate: bool = False, cold: bool = False) -> ScanState:
+        """Apply every committed record past what the head and indexes know.
+
+        Damage the scan runs into is remembered in `damage` and raised, unless
+        `tolerate` (readers): then what was read before it stays in use, and each
+        read that needs more raises it (`_need`). A scan that ends before a
+        position the head or an index already reflects (adopted from a cache whose
+        anchor checked out) also means damage: those commits existed. A `cold`
+        scan (opening the session) also checks a clean-looking end that is not the
+        end of the file (see `_check_stable_tail`).
+        """
         with self._state_lock:
-            start = min([self.head.covered] + [i.covered for i in self.indexes.values()])
+            covered = [self.head.covered] + [i.covered for i in self.indexes.values()]
             state = ScanState()
-            for commit in self.log.committed(start, state, strict=strict):
-                self._apply(commit, None)
+            try:
+                for commit in self.log.committed(min(covered), state, strict=strict):
+                    self._apply(commit, None)
+                if (
+                    tolerate
+                    and not strict
+                    and (state.tail != "clean" or (cold and self._data_after(state)))
+                ):
+                    state = self._check_stable_tail(state)
+            except CorruptionError as exc:
+                self.damage, self.damage_end = exc, state.end
+                if not tolerate:
+                    raise
+                state.tail = "damaged"
+                return state
+            ahead = max([self.head.covered] + [i.covered for i in self.indexes.values()])
+            if state.end < ahead:
+                err = CorruptionError(
+                    f"session {self.id!r}: the log cannot be read up to position {ahead},"
+                    f" which was committed ({state.detail or 'data is missing'})",
+                    path=state.path or self.log.dir,
+                    offset=state.stop_offset if state.path else None,
+                )
+                self.damage, self.damage_end = err, state.end
+                if not tolerate:
+                    raise err
+            elif self.damage is not None and state.end > self.damage_end:
+                self.damage = None  # the log reads past the damage again (e.g. repaired)
             self.tail_state = state
             return state
 
+    def _data_after(self, state: ScanState) -> bool:
+        """Is there data soon after the zeros where a scan stopped? (cheap: 64 KiB at most)
+
+        Zeros before the end of the newest segment are normally preallocated space.
+        A zeroed commit followed by more commits looks the same to a reader; this
+        probe catches it unless more than 64 KiB were zeroed (recovery, which scans
+        the whole tail, catches that too).
+        """
+        return not state.at_eof and not self.log.zeros_after(state.stop_pos, 64 << 10)
+
+    def _check_stable_tail(self, state: ScanState) -> ScanState:
+        """A reader stopped at bytes it cannot use: are they damage or a commit in progress?
+
+        Readers cannot tell a damaged record from one being written, so they stop
+        there. But if no writer is active (no thread here holds the write lock, no
+        process holds the flock), nothing is being written: classify the bytes as
+        recovery would, so that damage followed by committed data in the newest
+        segment is reported to readers (CorruptionError) instead of silently
+        hiding every commit after it. A crash's torn tail stays as it is (the next
+        writer cuts it). The answer is remembered until the tail changes. At open
+        this also runs when the scan stopped at zeros with data soon after them
+        (`_data_after`): a zeroed commit, which looks like the end of the log.
+        """
+        where = (state.path, state.stop_pos)
+        if self._tail_checked is not None and self._tail_checked[0] == where:
+            verdict = self._tail_checked[1]
+            if verdict is not None:
+                raise _KnownDamage.of(verdict)
+            return state
+        if not self._write_lock.acquire(blocking=False):
+            return state
+        try:
+            if not self.flock.try_acquire():
+                return state
+            try:
+                checked = ScanState()
+                for commit in self.log.committed(state.end, checked, strict=True):
+                    self._apply(commit, None)  # a commit finished before we got the lock
+            finally:
+                self.flock.release()
+        finally:
+            self._write_lock.release()
+        verdict = None
+        if checked.tail == "corrupt":
+            verdict = CorruptionError(
+                f"session {self.id!r}: {checked.detail}",
+                path=checked.path,
+                offset=checked.file_offset,
+            )
+        self._tail_checked = ((checked.path, checked.stop_pos), verdict)
+        if verdict is not None:
+            raise verdict
+        return checked
+
+    def _bounded(self, covered: int) -> bool:
+        """Does a structure covering `covered` lack commits hidden behind known damage?"""
+        return self.damage is not None and covered <= self.damage_end
+
+    def _need(self, answerable: bool) -> None:
+        """Raise the known damage unless the prefix before it answers the read."""
+        damage = self.damage
+        if not answerable and damage is not None:
+            raise _KnownDamage.of(damage)
+
+    def _index_bound(self, kind: int) -> int | None:
+        """The highest key an index bounded by damage can answer for (None: no bound)."""
+        idx = self.indexes[kind]
+        if not self._bounded(idx.covered):
+            return None
+        if kind == KIND_EVENTS:
+            return idx.count
+        cps = self.indexes[KIND_CHECKPOINTS]
+        ref = cps if self._bounded(cps.covered) else idx
+        # keys of later commits are checkpoint sequences above the prefix's last one
+        return ref.key_at(ref.count - 1) if ref.count else -1
+
     def _rebuild_indexes(self) -> None:
-        """Forget the index files; the next catch-up re-reads the whole log."""
-        for idx in self.indexes.values():
-            idx.discard_file()
+        """Rebuild the indexes from the whole log; keep the old ones if the log is damaged.
+
+        The old index files are only dropped once the rebuild has read the whole
+        log: if the log itself is damaged, the old indexes may be perfectly good
+        for everything before and after the damage (and for other processes).
+        """
+        with self._state_lock:
+            old = self.indexes
+            self.indexes = {k: Index(self.dir, k) for k in old}
+            try:
+                self._catch_up(strict=False)
+            except CorruptionError:
+                self.indexes = old
+                raise
+            for idx in old.values():
+                idx.discard_file()
 
     # ----------------------------------------------------------------- applying
     def _apply(self, commit: list[Record], built: list[Any] | None) -> None:
@@ -433,7 +564,10 @@ class Session:
         if grown >= max(self.options.snapshot_bytes, self._snapshot_size):
             self.flush_caches()
         elif pending >= self.options.index_flush_entries:
-            self._flush_indexes()
+            # Under the state lock: readers in other threads walk the same Index
+            # objects (and their file descriptors), which a flush replaces.
+            with self._state_lock:
+                self._flush_indexes()
 
     def flush_caches(self) -> None:
         with self._state_lock:
@@ -568,14 +702,17 @@ class Session:
     # ------------------------------------------------------------------ reading
     def refresh(self) -> None:
         """Pick up commits other processes appended (readers never lock)."""
-        self._catch_up(strict=False)
+        self._catch_up(strict=False, tolerate=True)
 
     @property
     def exists(self) -> bool:
+        if self.head.sequence < 0:
+            self._need(not self._bounded(self.head.covered))
         return self.head.sequence >= 0
 
     def load(self) -> Checkpoint | None:
         with self._state_lock:
+            self._need(not self._bounded(self.head.covered))
             head = self.head
             if head.header is None:
                 return None
@@ -585,7 +722,10 @@ class Session:
         return cp
 
     def receipt(self, submission_id: str) -> bool:
-        return submission_id in self._receipts
+        if submission_id in self._receipts:
+            return True
+        self._need(not self._bounded(self.head.covered))
+        return False
 
     def _read(self, entries: list[tuple[int, int, int, int]]) -> list[Record]:
         return self.log.read_records([(e[1], e[2]) for e in entries])
@@ -593,19 +733,26 @@ class Session:
     def _with_index_retry(self, fn: Any) -> Any:
         try:
             return fn()
+        except _KnownDamage:
+            raise  # already located by a scan of the log: rebuilding would find it again
         except (IndexDoubtError, CorruptionError):
-            # An index pointing at the wrong bytes is a cache problem: rebuild and retry.
-            # If the log itself is damaged, the retry raises the precise error.
-            with self._state_lock:
-                self._rebuild_indexes()
-                self._catch_up(strict=False)
+            pass
+        # An index pointing at the wrong bytes is a cache problem: rebuild and retry.
+        # If the log itself is damaged, the rebuild stops there and raises the precise
+        # error (the old indexes stay in use for reads that do not touch the damage).
+        self._rebuild_indexes()
+        try:
             return fn()
+        except IndexDoubtError as exc:  # internal: never reaches a caller raw
+            raise CorruptionError(f"session {self.id!r}: {exc}", path=self.dir) from exc
 
     def event_page(
         self, before: int | None, limit: int
     ) -> tuple[int, list[JournalEvent], int | None]:
         def run() -> tuple[int, list[JournalEvent], int | None]:
             with self._state_lock:
+                bound = self._index_bound(KIND_EVENTS)
+                self._need(bound is None or (before is not None and before - 1 <= bound))
                 latest = self.head.event_counter
                 entries, more = self.indexes[KIND_EVENTS].newest_before(before, limit)
             records = self._read(entries)
@@ -620,6 +767,8 @@ class Session:
         def run() -> list[JournalEvent]:
             with self._state_lock:
                 entries = self.indexes[KIND_EVENTS].oldest_after(after, limit)
+                # fewer than asked for: the rest may lie behind the damage
+                self._need(len(entries) == limit or self._index_bound(KIND_EVENTS) is None)
             records = self._read(entries)
             return [self._event_of(r, e[0]) for r, e in zip(records, entries, strict=True)]
 
@@ -650,6 +799,8 @@ class Session:
 
         def run() -> tuple[list[Any], int | None]:
             with self._state_lock:
+                bound = self._index_bound(kind)
+                self._need(bound is None or (before is not None and before - 1 <= bound))
                 entries, more = self.indexes[kind].newest_before(before, limit)
             out = []
             for rec, e in zip(self._read(entries), entries, strict=True):
@@ -689,6 +840,8 @@ class Session:
 
         def run() -> Checkpoint | None:
             with self._state_lock:
+                bound = self._index_bound(KIND_CHECKPOINTS)
+                self._need(bound is None or sequence <= bound)
                 entry = self.indexes[KIND_CHECKPOINTS].find(sequence)
             if entry is None:
                 return None
@@ -747,6 +900,19 @@ _DECODERS: dict[int, Any] = {
     TRANSCRIPT: payloads.transcript_decoder,
     EXECUTION: payloads.execution_decoder,
 }
+
+
+class _KnownDamage(CorruptionError):
+    """Damage a scan already found, raised again for a read that needs what lies behind it.
+
+    A fresh exception each time: re-raising one object grows its traceback.
+    """
+
+    @classmethod
+    def of(cls, damage: CorruptionError) -> _KnownDamage:
+        err = cls("", path=damage.path, offset=damage.offset)
+        err.args = damage.args
+        return err
 
 
 def raise_too_large(rtype: int, size: int, limit: int) -> None:

@@ -11,8 +11,10 @@ session id to its directory, and translates failures into `JournalError`s.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -22,7 +24,15 @@ from typing import Any, Literal, TypeVar, cast
 import msgspec
 
 from . import validate
-from .catalog import OP_DELETE, OP_UPSERT, Catalog, CatalogRecord, ProcessRegistry, boot_changed
+from .catalog import (
+    OP_DELETE,
+    OP_RESET,
+    OP_UPSERT,
+    Catalog,
+    CatalogRecord,
+    ProcessRegistry,
+    boot_changed,
+)
 from .errors import (
     ContractViolationError,
     CorruptionError,
@@ -66,6 +76,7 @@ STORE_FORMAT = 1
 Durability = Literal["fsync", "os"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 class Manifest(msgspec.Struct):
@@ -82,7 +93,8 @@ def _guard(fn: F) -> F:
             return fn(*args, **kwargs)
         except JournalError:
             raise
-        except (msgspec.ValidationError, msgspec.EncodeError, TypeError) as exc:
+        except (msgspec.ValidationError, msgspec.EncodeError, TypeError, UnicodeError) as exc:
+            # UnicodeError: a str with a lone surrogate, which UTF-8 cannot hold.
             raise InvalidInputError(f"{fn.__name__}: {exc}") from exc
         except msgspec.DecodeError as exc:
             raise CorruptionError(f"{fn.__name__}: stored data does not decode: {exc}") from exc
@@ -98,8 +110,15 @@ def _coerce(value: Any, typ: type[Any], what: str) -> Any:
         return value
     try:
         return msgspec.convert(value, typ)
-    except msgspec.ValidationError as exc:
-        raise InvalidInputError(f"{what} is not a valid {typ.__name__}: {exc}") from exc
+    except (msgspec.ValidationError, UnicodeError) as exc:
+        raise InvalidInputError(f"{what} is not a valid {typ.__name__}: {exc!r}") from exc
+
+
+def _sequence(value: Any, what: str) -> list[Any]:
+    """A list or tuple argument as a list (a str, bytes or dict is not a sequence of items)."""
+    if not isinstance(value, (list, tuple)):
+        raise InvalidInputError(f"{what} must be a list, not {type(value).__name__}")
+    return list(value)
 
 
 class Store:
@@ -179,8 +198,12 @@ class Store:
     def session_dir(self, session_id: str) -> str:
         return os.path.join(self.root, SESSIONS_DIR, dir_name(session_id))
 
-    def _session(self, session_id: str, *, create: bool = False) -> Session | None:
-        """The open Session for an id (None if it has no directory and not `create`)."""
+    def _session(self, session_id: str) -> Session | None:
+        """The open Session for an id (None if it has no directory).
+
+        A new session's directory is only ever published with its first commit
+        (`_first_save`, `fork`), so this never creates one.
+        """
         if self._closed:
             raise JournalError("store is closed")
         path = self.session_dir(session_id)
@@ -197,9 +220,7 @@ class Store:
                 self._sessions.pop(session_id, None)
             sess.close()
         if not os.path.isdir(path):
-            if not create:
-                return None
-            self._publish_new(session_id, path)
+            return None
         with self._lock:
             sess = self._sessions.get(session_id)
             if sess is None:
@@ -207,26 +228,32 @@ class Store:
                 self._sessions[session_id] = sess
             return sess
 
-    def _publish_new(
-        self, session_id: str, path: str, identity: SessionIdentity | None = None
-    ) -> None:
-        """Create a session directory in tmp/ and rename it into place (atomic)."""
-        from . import fsio
+    def _read(self, session_id: str, fn: Callable[[Session], T], absent: Callable[[], T]) -> T:
+        """Run a read on a session's current state; `absent()` answers for a missing session.
 
-        tmp = os.path.join(self.root, TMP_DIR, f"new-{uuid.uuid4().hex}")
-        ident = identity or SessionIdentity(session_id, created_at=int(time.time()))
-        Session.build(tmp, ident)
-        fsio.sync_dir(os.path.join(self.root, TMP_DIR))
+        A read can race with a delete in another process, which moves the session
+        directory away while this process opens or reads it. Such a failure is
+        not damage: the session is gone, and the read answers as if it had come
+        just after the delete (a valid order for two concurrent calls).
+        """
         try:
-            fsio.rename(tmp, path)
-        except StorageError:
-            if os.path.isdir(path):  # another thread or process created it first
-                import shutil
+            sess = self._session(session_id)
+            if sess is not None:
+                sess.refresh()
+                return fn(sess)
+        except (JournalError, OSError):
+            if not self._vanished(session_id):
+                raise
+        return absent()
 
-                shutil.rmtree(tmp, ignore_errors=True)
-                return
-            raise
-        fsio.sync_dir(os.path.dirname(path))
+    def _vanished(self, session_id: str) -> bool:
+        """Whether a session is deleted or being deleted (its directory is gone or doomed)."""
+        path = self.session_dir(session_id)
+        if os.path.basename(path) in self.tree.pending_session_dirs():
+            return True
+        # A delete moves the whole directory away; a directory that is still there
+        # but lacks a file is damage, which the failed read reports.
+        return not os.path.isdir(path)
 
     def _existing(self, session_id: str) -> Session:
         sess = self._session(session_id)
@@ -240,22 +267,14 @@ class Store:
     def load(self, session_id: str) -> Checkpoint | None:
         """The latest checkpoint of a session, or None if the session does not exist."""
         validate.validate_session_id(session_id)
-        sess = self._session(session_id)
-        if sess is None:
-            return None
-        sess.refresh()
-        return sess.load()
+        return self._read(session_id, lambda sess: sess.load(), lambda: None)
 
     @_guard
     def checkpoint_at(self, session_id: str, sequence: int) -> Checkpoint | None:
         """The checkpoint exactly as it was saved at `sequence` (None if none was)."""
         validate.validate_session_id(session_id)
         validate.validate_sequence(sequence, "checkpoint sequence")
-        sess = self._session(session_id)
-        if sess is None:
-            return None
-        sess.refresh()
-        return sess.checkpoint_at(sequence)
+        return self._read(session_id, lambda sess: sess.checkpoint_at(sequence), lambda: None)
 
     @_guard
     def save(
@@ -287,22 +306,71 @@ class Store:
         if sess_hint is not None and sess_hint.head.epoch == cp.context_epoch:
             start = min(len(sess_hint.head.context), len(cp.context))
         validate.validate_checkpoint(cp, context_start=start)
-        items = list(transcript_delta)
+        items = _sequence(transcript_delta, "transcript_delta")
         validate.check_json_value(items, "transcript_delta")
         rec: ExecutionRecord | None = None
         if execution is not None:
             rec = _coerce(execution, ExecutionRecord, "execution")
             validate.validate_execution(rec, cp)
-        evs = [_coerce(e, TimestampedEvent, "event") for e in events]
+        evs = [_coerce(e, TimestampedEvent, "event") for e in _sequence(events, "events")]
         for e in evs:
             validate.validate_timestamp(e.recorded_at_ms)
             validate.validate_event(e.event)
         self.registry.note(dir_name(cp.session_id))
-        sess = self._session(cp.session_id, create=True)
+        now = int(time.time())
+        sess = self._session(cp.session_id)
+        if sess is None:
+            journal = self._first_save(cp, items, rec, evs, now)
+            sess = self._session(cp.session_id)
+            if journal is None:  # another thread or process created the session first
+                assert sess is not None
+                journal = sess.save(cp, items, rec, evs, now=now)
+        else:
+            journal = sess.save(cp, items, rec, evs, now=now)
         assert sess is not None
-        journal = sess.save(cp, items, rec, evs, now=int(time.time()))
         exec_key = (cp.sequence, rec.started_at_ms) if rec is not None else None
         self._catalog_upsert(sess, exec_key)
+        return journal
+
+    def _first_save(
+        self,
+        cp: Checkpoint,
+        items: list[Any],
+        rec: ExecutionRecord | None,
+        evs: list[TimestampedEvent],
+        now: int,
+    ) -> list[JournalEvent] | None:
+        """Create a session with its first commit: built in tmp/, published by one rename.
+
+        A session directory therefore never exists without a committed checkpoint
+        (not after a crash, not after a rejected first save). Returns None, having
+        changed nothing, when the session appeared meanwhile (the caller then saves
+        into it, which enforces the sequence rule against what is there).
+        """
+        from . import fsio
+
+        path = self.session_dir(cp.session_id)
+        tmp = os.path.join(self.root, TMP_DIR, f"new-{uuid.uuid4().hex}")
+        try:
+            Session.build(tmp, SessionIdentity(cp.session_id, created_at=now))
+            first = Session(tmp, cp.session_id, self.options)
+            try:
+                journal = first.save(cp, items, rec, evs, now=now)
+                first.flush_caches()
+            finally:
+                first.close()
+            fsio.sync_dir(os.path.join(self.root, TMP_DIR))
+            try:
+                fsio.rename(tmp, path)
+            except StorageError:
+                if os.path.isdir(path):
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    return None
+                raise
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        fsio.sync_dir(os.path.dirname(path))
         return journal
 
     @_guard
@@ -311,11 +379,7 @@ class Store:
         validate.validate_session_id(session_id)
         if not isinstance(submission_id, str):
             raise InvalidInputError("submission id must be a string")
-        sess = self._session(session_id)
-        if sess is None:
-            return False
-        sess.refresh()
-        return sess.receipt(submission_id)
+        return self._read(session_id, lambda sess: sess.receipt(submission_id), lambda: False)
 
     # ------------------------------------------------------------------ events
     @_guard
@@ -339,13 +403,17 @@ class Store:
         validate.validate_limit(req.limit, "event journal page")
         if req.before_sequence is not None:
             validate.validate_sequence(req.before_sequence, "before_sequence")
-        sess = self._session(session_id)
-        if sess is not None:
-            sess.refresh()
-        if sess is None or not sess.exists:
+
+        def missing() -> EventPage:
             raise NotFoundError(f"event journal session does not exist: {session_id!r}")
-        latest, events, nxt = sess.event_page(req.before_sequence, req.limit)
-        return EventPage(latest_sequence=latest, events=events, next_before_sequence=nxt)
+
+        def page(sess: Session) -> EventPage:
+            if not sess.exists:
+                missing()
+            latest, events, nxt = sess.event_page(req.before_sequence, req.limit)
+            return EventPage(latest_sequence=latest, events=events, next_before_sequence=nxt)
+
+        return self._read(session_id, page, missing)
 
     @_guard
     def events_after(self, session_id: str, after_sequence: int, limit: int) -> list[JournalEvent]:
@@ -353,11 +421,7 @@ class Store:
         validate.validate_session_id(session_id)
         validate.validate_sequence(after_sequence, "after_sequence")
         validate.validate_limit(limit, "event journal catch-up")
-        sess = self._session(session_id)
-        if sess is None:
-            return []
-        sess.refresh()
-        return sess.events_after(after_sequence, limit)
+        return self._read(session_id, lambda sess: sess.events_after(after_sequence, limit), list)
 
     # ---------------------------------------------------------------- journals
     @_guard
@@ -368,12 +432,12 @@ class Store:
         validate.validate_limit(req.max_batches, "transcript page")
         if req.before_sequence is not None:
             validate.validate_sequence(req.before_sequence, "before_sequence")
-        sess = self._session(session_id)
-        if sess is None:
-            return TranscriptPage(batches=[], next_before_sequence=None)
-        sess.refresh()
-        batches, nxt = sess.transcript_page(req.before_sequence, req.max_batches)
-        return TranscriptPage(batches=batches, next_before_sequence=nxt)
+
+        def page(sess: Session) -> TranscriptPage:
+            batches, nxt = sess.transcript_page(req.before_sequence, req.max_batches)
+            return TranscriptPage(batches=batches, next_before_sequence=nxt)
+
+        return self._read(session_id, page, TranscriptPage)
 
     @_guard
     def execution_page(self, session_id: str, request: ExecutionPageRequest) -> ExecutionPage:
@@ -383,12 +447,12 @@ class Store:
         validate.validate_limit(req.limit, "execution page")
         if req.before_sequence is not None:
             validate.validate_sequence(req.before_sequence, "before_sequence")
-        sess = self._session(session_id)
-        if sess is None:
-            return ExecutionPage(executions=[], next_before_sequence=None)
-        sess.refresh()
-        records, nxt = sess.execution_page(req.before_sequence, req.limit)
-        return ExecutionPage(executions=records, next_before_sequence=nxt)
+
+        def page(sess: Session) -> ExecutionPage:
+            records, nxt = sess.execution_page(req.before_sequence, req.limit)
+            return ExecutionPage(executions=records, next_before_sequence=nxt)
+
+        return self._read(session_id, page, ExecutionPage)
 
     # ------------------------------------------------------------------- state
     @_guard
@@ -429,15 +493,16 @@ class Store:
     def _startup_recovery(self) -> None:
         self._finish_orphaned_deletes()
         self._clean_tmp()
-        names = os.listdir(os.path.join(self.root, SESSIONS_DIR))
-        if (self.catalog.fresh or boot_changed(self.catalog.dir)) and names:
-            self._reconcile(names)
+        if boot_changed(self.catalog.dir, self.root) or self.catalog.fresh:
+            # Every directory, and every session the catalog names (it may have none).
+            names = os.listdir(os.path.join(self.root, SESSIONS_DIR))
+            names.extend(dir_name(sid) for sid in list(self.catalog.summaries))
+            if names:
+                self._reconcile(names)
         self._reconcile_dead(force=True)
 
     def _clean_tmp(self) -> None:
         """Remove half-built directories that a dead process left in tmp/ (older than 10 min)."""
-        import shutil
-
         tmp = os.path.join(self.root, TMP_DIR)
         cutoff = time.time() - 600
         for name in os.listdir(tmp):
@@ -485,9 +550,15 @@ class Store:
                 summary, covered = self._summary_of(sess)
             except JournalError:
                 continue  # a damaged session is reported by verify, not by listing
+            position = self.catalog.positions.get(ident.session_id)
+            if (summary is None and ident.session_id in self.catalog.summaries) or (
+                position is not None and position > covered
+            ):
+                # The catalog is ahead of the log (a commit it shows is not there).
+                with contextlib.suppress(JournalError):
+                    self._reset_entry(sess)
+                continue
             if summary is None:
-                if ident.session_id in self.catalog.summaries:
-                    records.append(CatalogRecord(OP_DELETE, ident.session_id, -1))
                 continue
             known = self.catalog.summaries.get(ident.session_id)
             execs = self.catalog.execs.get(ident.session_id, [])
@@ -497,16 +568,30 @@ class Store:
                 and len(execs) == sess.head.executions
             ):
                 continue
+            try:
+                executions = self._all_executions(sess)
+            except JournalError:
+                continue  # damage in the execution journal: reported when it is read
             records.append(
-                CatalogRecord(
-                    OP_UPSERT,
-                    ident.session_id,
-                    covered,
-                    summary,
-                    executions=self._all_executions(sess),
-                )
+                CatalogRecord(OP_UPSERT, ident.session_id, covered, summary, executions=executions)
             )
         self.catalog.append(records)
+
+    def _reset_entry(self, sess: Session) -> None:
+        """Replace a session's catalog entry with what its log says, under its writer lock.
+
+        The lock keeps a live writer from committing between the derivation and
+        the catalog append: any upsert it appends later covers more of the log.
+        """
+        with sess.writing():
+            summary, covered = self._summary_of(sess)
+            if summary is None:
+                record = CatalogRecord(OP_DELETE, sess.id, -1)
+            else:
+                record = CatalogRecord(
+                    OP_RESET, sess.id, covered, summary, executions=self._all_executions(sess)
+                )
+            self.catalog.append([record])
 
     def _all_executions(self, sess: Session) -> list[tuple[int, int]]:
         """(sequence, started_at_ms) of every execution record of a session (rebuilds only)."""
@@ -583,24 +668,20 @@ class Store:
     def session_summary(self, session_id: str) -> SessionSummary | None:
         """Catalog metadata of one session, derived without reading its context."""
         validate.validate_session_id(session_id)
-        sess = self._session(session_id)
-        if sess is None:
-            return None
-        sess.refresh()
-        return self._summary_of(sess)[0]
+        return self._read(session_id, lambda sess: self._summary_of(sess)[0], lambda: None)
 
     @_guard
     def session_metadata(self, session_id: str) -> dict[str, Any] | None:
         """The latest checkpoint's metadata, without decoding the rest of it."""
         validate.validate_session_id(session_id)
-        sess = self._session(session_id)
-        if sess is None:
-            return None
-        sess.refresh()
-        header = sess.head.header
-        if header is None:
-            return None
-        return msgspec.msgpack.decode(bytes(header), type=_MetadataOnly).metadata
+
+        def metadata(sess: Session) -> dict[str, Any] | None:
+            header = sess.head.header
+            if header is None:
+                return None
+            return msgspec.msgpack.decode(bytes(header), type=_MetadataOnly).metadata
+
+        return self._read(session_id, metadata, lambda: None)
 
     @_guard
     def recent_executions(self, limit: int) -> list[ExecutionRecord]:
@@ -608,18 +689,38 @@ class Store:
         validate.validate_limit(limit, "recent executions")
         self._reconcile_dead()
         self.catalog.refresh()
-        pending = self.tree.pending_session_dirs()
         out: list[ExecutionRecord] = []
-        for _started, sid, seq in self.catalog.recent_execution_keys(limit + len(pending)):
-            if len(out) == limit:
-                break
-            sess = self._session(sid)
-            if sess is None:
-                continue
-            records, _ = sess.execution_page(seq + 1, 1)
-            if records:
-                out.append(records[0])
-        return out
+
+        def record_at(seq: int) -> Callable[[Session], ExecutionRecord | None]:
+            def read(sess: Session) -> ExecutionRecord | None:
+                # The key, not just "the newest before it": a session object opened
+                # earlier must not answer with an older record.
+                found, _ = sess.sparse_page(KIND_EXECUTIONS, seq + 1, 1)
+                if not found or found[0].sequence != seq:
+                    return None
+                record: ExecutionRecord = found[0].record
+                return record
+
+            return read
+
+        # Keys of sessions deleted since the catalog was read are skipped: fetch more.
+        # (Another thread refreshing the catalog meanwhile can shift the list: `seen`.)
+        seen: set[tuple[int, str, int]] = set()
+        want = limit
+        while True:
+            keys = self.catalog.recent_execution_keys(want)
+            for key in keys:
+                if key in seen:
+                    continue
+                seen.add(key)
+                rec = self._read(key[1], record_at(key[2]), lambda: None)
+                if rec is not None:
+                    out.append(rec)
+                    if len(out) == limit:
+                        return out
+            if len(keys) < want:
+                return out
+            want *= 2
 
     # -------------------------------------------------------------------- tree
     @_guard
