@@ -68,6 +68,20 @@ class CatalogRecord(msgspec.Struct, array_like=True):
 _decode = msgspec.msgpack.Decoder(CatalogRecord).decode
 _encode = msgspec.msgpack.Encoder().encode
 
+
+class CatalogSnapshot(msgspec.Struct, array_like=True):
+    """The whole in-memory catalog at a log position, so opening does not replay history."""
+
+    covered: int
+    anchor_pos: int  # the commit-closing record that ends at `covered` (validated on load)
+    anchor_crc: int
+    entries: list[CatalogRecord]  # one upsert per listed session, with all its executions
+
+
+_decode_snapshot = msgspec.msgpack.Decoder(CatalogSnapshot).decode
+SNAPSHOT_FILE = "snapshot"
+SNAPSHOT_MIN_GROWTH = 256 << 10
+
 SortKey = tuple[int, int, str]  # (updated_at, sequence, session_id), ascending
 ExecKey = tuple[int, str, int]  # (started_at_ms, session_id, sequence), ascending
 
@@ -94,7 +108,64 @@ class Catalog:
         self.keys: list[SortKey] = []
         self.by_owner: dict[str, list[SortKey]] = {}
         self.execs: dict[str, list[tuple[int, int]]] = {}
+        self.exec_seqs: dict[str, set[int]] = {}
         self.exec_keys: list[ExecKey] = []
+        self.anchor = (0, 0)
+        self._snapshot_covered = 0
+        self._snapshot_size = 0
+        self._load_snapshot()
+
+    # --------------------------------------------------------------- snapshot
+    def _load_snapshot(self) -> None:
+        from .metafile import KIND_CATALOG_SNAPSHOT, read_meta
+
+        path = os.path.join(self.dir, SNAPSHOT_FILE)
+        try:
+            raw = read_meta(path, KIND_CATALOG_SNAPSHOT)
+            snap = _decode_snapshot(raw)
+        except (FileNotFoundError, JournalError, msgspec.DecodeError):
+            return  # derived data: without a usable snapshot we replay the log
+        if snap.covered:
+            try:
+                rec = self.log.read_record(snap.anchor_pos, snap.covered - snap.anchor_pos)
+            except JournalError:
+                return
+            if not rec.commits or rec.crc != snap.anchor_crc:
+                return
+        for entry in snap.entries:
+            if entry.summary is None:
+                continue
+            sid = entry.session_id
+            self.summaries[sid] = entry.summary
+            self.positions[sid] = entry.covered
+            self.execs[sid] = list(entry.executions)
+            self.exec_seqs[sid] = {seq for seq, _ in entry.executions}
+        self.keys = sorted(sort_key(x) for x in self.summaries.values())
+        for key in self.keys:
+            owner = self.summaries[key[2]].session_context.owner_id
+            self.by_owner.setdefault(owner, []).append(key)
+        self.exec_keys = sorted(
+            (started, sid, seq) for sid, execs in self.execs.items() for seq, started in execs
+        )
+        self.covered = snap.covered
+        self.anchor = (snap.anchor_pos, snap.anchor_crc)
+        self._snapshot_covered = snap.covered
+        self._snapshot_size = len(raw)
+
+    def _write_snapshot(self) -> None:
+        """Cache the catalog (no fsync: a torn or stale snapshot is ignored on load)."""
+        from .metafile import KIND_CATALOG_SNAPSHOT, write_meta
+
+        entries = [
+            CatalogRecord(
+                OP_UPSERT, sid, self.positions[sid], summary, executions=self.execs.get(sid, [])
+            )
+            for sid, summary in self.summaries.items()
+        ]
+        raw = _encode(CatalogSnapshot(self.covered, self.anchor[0], self.anchor[1], entries))
+        write_meta(os.path.join(self.dir, SNAPSHOT_FILE), KIND_CATALOG_SNAPSHOT, raw, durable=False)
+        self._snapshot_covered = self.covered
+        self._snapshot_size = len(raw)
 
     # ------------------------------------------------------------------ reading
     def refresh(self, *, strict: bool = False) -> ScanState:
@@ -104,6 +175,7 @@ class Catalog:
                 for rec in commit:
                     self._apply(_decode_record(rec.payload, rec.pos))
                 self.covered = commit[-1].pos + commit[-1].size
+                self.anchor = (commit[-1].pos, commit[-1].crc)
             return state
 
     def _apply(self, r: CatalogRecord) -> None:
@@ -123,12 +195,13 @@ class Catalog:
         if sid not in self.summaries:
             return  # executions of a session we do not list (deleted) are not kept
         execs = self.execs.setdefault(sid, [])
+        known = self.exec_seqs.setdefault(sid, set())
         added = list(r.executions)
         if r.execution is not None:
             added.append(r.execution)
-        known = {seq for seq, _ in execs}
         for seq, started in added:
             if seq not in known:
+                known.add(seq)
                 execs.append((seq, started))
                 bisect.insort(self.exec_keys, (started, sid, seq))
 
@@ -148,6 +221,7 @@ class Catalog:
         self._remove_keys(sid)
         self.summaries.pop(sid, None)
         self.positions.pop(sid, None)
+        self.exec_seqs.pop(sid, None)
         for seq, started in self.execs.pop(sid, []):
             _remove_sorted(self.exec_keys, (started, sid, seq))
 
@@ -196,6 +270,9 @@ class Catalog:
                 self.log.open_writer(self.covered)
                 self.log.write(data)
                 self.refresh()
+                grown = self.covered - self._snapshot_covered
+                if grown >= max(SNAPSHOT_MIN_GROWTH, 2 * self._snapshot_size):
+                    self._write_snapshot()
             finally:
                 self.flock.release()
 

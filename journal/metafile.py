@@ -6,7 +6,7 @@ Layout (FORMAT.md, "Whole-file records"): a 20-byte header then the payload.
     0      8    magic    b"JRNLMETA"
     8      2    version  format version of the file (u16)
     10     2    kind     1 manifest, 2 session identity, 3 snapshot, 4 state value,
-                         5 delete intent
+                         5 delete intent, 6 catalog snapshot
     12     4    length   payload bytes (u32)
     16     4    crc32    zlib CRC-32 of the payload
     20     ...  payload  msgpack (zstd-compressed for snapshots, see there)
@@ -31,6 +31,7 @@ KIND_IDENTITY = 2
 KIND_SNAPSHOT = 3
 KIND_STATE = 4
 KIND_INTENT = 5
+KIND_CATALOG_SNAPSHOT = 6
 
 
 def encode_meta(kind: int, payload: bytes) -> bytes:

@@ -158,6 +158,7 @@ class Session:
         )
         self.flock = FileLock(os.path.join(directory, LOCK_FILE), f"session {session_id!r}")
         self._write_lock = threading.Lock()
+        self.users = 0  # calls using this object now (the store's cache never closes those)
         self._state_lock = threading.RLock()
         self.indexes = {
             k: Index(directory, k)

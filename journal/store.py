@@ -84,11 +84,22 @@ class Manifest(msgspec.Struct):
     created_at: int = 0
 
 
+_calls = threading.local()  # sessions pinned by the public call running in this thread
+
+
 def _guard(fn: F) -> F:
-    """Translate any stray dependency or OS exception into a JournalError."""
+    """Translate any stray dependency or OS exception into a JournalError.
+
+    Also pins every session the call opens, so the open-session cache never
+    closes one that a call is still using; the outermost call unpins them.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        depth = getattr(_calls, "depth", 0)
+        if depth == 0:
+            _calls.pinned = []
+        _calls.depth = depth + 1
         try:
             return fn(*args, **kwargs)
         except JournalError:
@@ -101,6 +112,12 @@ def _guard(fn: F) -> F:
         except OSError as exc:
             where = f" ({exc.filename})" if exc.filename else ""
             raise StorageError(f"{fn.__name__}: {exc.strerror or exc}{where}") from exc
+        finally:
+            _calls.depth = depth
+            if depth == 0:
+                pinned, _calls.pinned = _calls.pinned, []
+                if pinned and isinstance(args[0], Store):
+                    args[0]._unpin(pinned)
 
     return cast(F, wrapper)
 
@@ -132,12 +149,15 @@ class Store:
         segment_bytes: int = 64 << 20,
         lock_timeout: float = 10.0,
         max_record_bytes: int = 64 << 20,
+        max_open_sessions: int = 256,
         create: bool = True,
     ):
         if durability not in ("fsync", "os"):
             raise InvalidInputError(f"durability must be 'fsync' or 'os', not {durability!r}")
         if segment_bytes < 4096:
             raise InvalidInputError("segment_bytes must be at least 4096")
+        if max_open_sessions < 1:
+            raise InvalidInputError("max_open_sessions must be at least 1")
         self.root = os.path.abspath(os.fspath(root))
         self.durability: Durability = durability
         self.options = SessionOptions(
@@ -146,7 +166,9 @@ class Store:
             lock_timeout=lock_timeout,
             max_record_bytes=max_record_bytes,
         )
+        # Open sessions, least recently used first; each holds a few file descriptors.
         self._sessions: dict[str, Session] = {}
+        self.max_open_sessions = max_open_sessions
         self._lock = threading.Lock()
         self._closed = False
         self._open_root(create)
@@ -213,6 +235,8 @@ class Store:
                 return None  # being deleted by a live process: already gone for readers
         with self._lock:
             sess = self._sessions.get(session_id)
+            if sess is not None:
+                self._pin(session_id, sess)
         if sess is not None:
             if os.path.exists(os.path.join(path, "SESSION")):
                 return sess
@@ -226,7 +250,33 @@ class Store:
             if sess is None:
                 sess = Session(path, session_id, self.options)
                 self._sessions[session_id] = sess
+            self._pin(session_id, sess)
             return sess
+
+    def _pin(self, session_id: str, sess: Session) -> None:
+        """Mark a session in use by this thread's call and most recently used (lock held)."""
+        self._sessions[session_id] = self._sessions.pop(session_id, sess)
+        if getattr(_calls, "depth", 0) > 0:
+            sess.users += 1
+            _calls.pinned.append(sess)
+
+    def _unpin(self, pinned: list[Session]) -> None:
+        """Release a finished call's sessions; close the least recently used idle ones."""
+        closing: list[Session] = []
+        with self._lock:
+            for sess in pinned:
+                sess.users -= 1
+            excess = len(self._sessions) - self.max_open_sessions
+            if excess > 0:
+                for sid, sess in list(self._sessions.items()):
+                    if excess <= 0:
+                        break
+                    if sess.users == 0:
+                        del self._sessions[sid]
+                        closing.append(sess)
+                        excess -= 1
+        for sess in closing:
+            sess.close()
 
     def _read(self, session_id: str, fn: Callable[[Session], T], absent: Callable[[], T]) -> T:
         """Run a read on a session's current state; `absent()` answers for a missing session.

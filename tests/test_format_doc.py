@@ -60,6 +60,7 @@ CODE_CONSTANTS = {
     "meta.kind.snapshot": metafile.KIND_SNAPSHOT,
     "meta.kind.state": metafile.KIND_STATE,
     "meta.kind.intent": metafile.KIND_INTENT,
+    "meta.kind.catalog_snapshot": metafile.KIND_CATALOG_SNAPSHOT,
     "log.kind.session": log.KIND_SESSION,
     "log.kind.catalog": log.KIND_CATALOG,
     "store.format": store.STORE_FORMAT,
