@@ -91,15 +91,21 @@ def sort_key(s: SessionSummary) -> SortKey:
 
 
 class Catalog:
-    def __init__(self, root: str, *, segment_bytes: int, lock_timeout: float):
+    def __init__(
+        self, root: str, *, segment_bytes: int, lock_timeout: float, read_only: bool = False
+    ):
         self.dir = os.path.join(root, CATALOG_DIR)
         self.lock_timeout = lock_timeout
+        # Read-only: corrections (reconciliation) are applied in memory, never written.
+        self.read_only = read_only
         log_dir = os.path.join(self.dir, "log")
         self.fresh = not os.path.isdir(log_dir)
-        if self.fresh:
+        if self.fresh and not read_only:
             os.makedirs(self.dir, exist_ok=True)
             Log.create(log_dir, KIND_CATALOG)
-        self.log = Log(log_dir, KIND_CATALOG, segment_bytes=segment_bytes, label="catalog")
+        self.log: Log | None = None
+        if not self.fresh or not read_only:
+            self.log = Log(log_dir, KIND_CATALOG, segment_bytes=segment_bytes, label="catalog")
         self.flock = FileLock(os.path.join(self.dir, "LOCK"), "the catalog")
         self._lock = threading.RLock()
         self.covered = 0
@@ -126,6 +132,8 @@ class Catalog:
         except (FileNotFoundError, JournalError, msgspec.DecodeError):
             return  # derived data: without a usable snapshot we replay the log
         if snap.covered:
+            if self.log is None:
+                return
             try:
                 rec = self.log.read_record(snap.anchor_pos, snap.covered - snap.anchor_pos)
             except JournalError:
@@ -171,6 +179,8 @@ class Catalog:
     def refresh(self, *, strict: bool = False) -> ScanState:
         with self._lock:
             state = ScanState()
+            if self.log is None:
+                return state
             for commit in self.log.committed(self.covered, state, strict=strict):
                 for rec in commit:
                     self._apply(_decode_record(rec.payload, rec.pos))
@@ -251,6 +261,12 @@ class Catalog:
 
     # ------------------------------------------------------------------ writing
     def append(self, records: Iterable[CatalogRecord]) -> None:
+        records = list(records)
+        if self.read_only or self.log is None:
+            with self._lock:
+                for r in records:
+                    self._apply(r)
+            return
         data = b"".join(frame(CATALOG, _encode(r), commit=True) for r in records)
         if not data:
             return
@@ -277,7 +293,8 @@ class Catalog:
                 self.flock.release()
 
     def close(self) -> None:
-        self.log.close()
+        if self.log is not None:
+            self.log.close()
         self.flock.close()
 
 
@@ -418,7 +435,7 @@ def machine_and_place(root: str) -> str:
     return f"{boot_id()} {place}"
 
 
-def boot_changed(catalog_dir: str, root: str | None = None) -> bool:
+def boot_changed(catalog_dir: str, root: str | None = None, *, record: bool = True) -> bool:
     """Whether the catalog may disagree with the sessions wholesale (and record the check).
 
     True after a reboot (unsynced catalog records may have been lost, or have
@@ -436,7 +453,8 @@ def boot_changed(catalog_dir: str, root: str | None = None) -> bool:
         seen = None
     if seen == current:
         return False
-    fsio.write_file(path, current.encode(), durable=False)
+    if record:
+        fsio.write_file(path, current.encode(), durable=False)
     return seen is not None
 
 

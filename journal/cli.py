@@ -92,7 +92,7 @@ def _progress(text: str) -> None:
 def _open(args: argparse.Namespace) -> Store:
     if not os.path.exists(os.path.join(args.root, "JOURNAL")):
         raise NotFoundError(f"no journal store at {args.root} (use --root or JOURNAL_ROOT)")
-    return Store(args.root, create=False)
+    return Store(args.root, read_only=True)
 
 
 def _event_row(e: JournalEvent) -> list[Any]:

@@ -324,6 +324,7 @@ class Log:
         idx, _ = self._segment_for(start)
         pending: list[Record] = []
         pos = start
+        retries = 0
         while idx < len(self.segments):
             seg = self.segments[idx]
             newest = idx == len(self.segments) - 1
@@ -390,6 +391,7 @@ class Log:
                 break
             off = pos - buf_pos
             at_eof = pos == seg_end
+            seen_at_pos = bytes(buf[off : off + 4096])
             if not newest:
                 if outcome == END and at_eof and not pending:
                     idx += 1
@@ -423,6 +425,13 @@ class Log:
                     continue
                 state.tail = "clean"
                 return
+            if strict and not (outcome == END and at_eof) and seen_at_pos and retries < 5:
+                # A reader (verify) racing a live writer may have read bytes the writer
+                # was still filling: if the bytes at `pos` changed since, look again.
+                now = _pread(fd, len(seen_at_pos), SEGMENT_HEADER_SIZE + pos - seg.base, seg.path)
+                if now != seen_at_pos:
+                    retries += 1
+                    continue
             if outcome == END:
                 if not strict:
                     state.tail = "uncommitted" if pending else "clean"

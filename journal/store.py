@@ -151,6 +151,7 @@ class Store:
         max_record_bytes: int = 64 << 20,
         max_open_sessions: int = 256,
         create: bool = True,
+        read_only: bool = False,
     ):
         if durability not in ("fsync", "os"):
             raise InvalidInputError(f"durability must be 'fsync' or 'os', not {durability!r}")
@@ -159,6 +160,11 @@ class Store:
         if max_open_sessions < 1:
             raise InvalidInputError("max_open_sessions must be at least 1")
         self.root = os.path.abspath(os.fspath(root))
+        # Read-only: takes no lock, writes nothing (no cache flush, no recovery, no
+        # catalog append); for inspecting a store another process is writing.
+        self.read_only = read_only
+        if read_only:
+            create = False
         self.durability: Durability = durability
         self.options = SessionOptions(
             durable=durability == "fsync",
@@ -349,6 +355,7 @@ class Store:
         Returns the events with their store-assigned sequences, only after the
         commit is durable (in "fsync" mode).
         """
+        self._writable("save_with_events")
         cp: Checkpoint = _coerce(checkpoint, Checkpoint, "checkpoint")
         validate.validate_session_id(cp.session_id)
         sess_hint = self._session(cp.session_id)
@@ -435,6 +442,7 @@ class Store:
     @_guard
     def append_event(self, session_id: str, recorded_at_ms: int, event: Event) -> JournalEvent:
         """Assign the next event sequence and append one event as its own commit."""
+        self._writable("append_event")
         validate.validate_session_id(session_id)
         validate.validate_timestamp(recorded_at_ms)
         ev: Event = _coerce(event, Event, "event")
@@ -515,6 +523,7 @@ class Store:
     @_guard
     def save_state(self, scope: str, key: str, value: Any) -> None:
         """Durably replace the value under (scope, key); last writer wins."""
+        self._writable("save_state")
         validate.validate_session_id(scope, "state scope")
         validate.validate_session_id(key, "state key")
         validate.check_json_value(value, "state value")
@@ -524,7 +533,10 @@ class Store:
     def _open_catalog(self) -> Catalog:
         try:
             catalog = Catalog(
-                self.root, segment_bytes=16 << 20, lock_timeout=self.options.lock_timeout
+                self.root,
+                segment_bytes=16 << 20,
+                lock_timeout=self.options.lock_timeout,
+                read_only=self.read_only,
             )
             catalog.refresh()
             return catalog
@@ -535,15 +547,24 @@ class Store:
             broken = os.path.join(self.root, f"catalog.broken.{uuid.uuid4().hex[:8]}")
             fsio.rename(os.path.join(self.root, "catalog"), broken)
             catalog = Catalog(
-                self.root, segment_bytes=16 << 20, lock_timeout=self.options.lock_timeout
+                self.root,
+                segment_bytes=16 << 20,
+                lock_timeout=self.options.lock_timeout,
+                read_only=self.read_only,
             )
             catalog.refresh()
             return catalog
 
+    def _writable(self, what: str) -> None:
+        if self.read_only:
+            raise InvalidInputError(f"{what}: this store was opened read-only")
+
     def _startup_recovery(self) -> None:
-        self._finish_orphaned_deletes()
-        self._clean_tmp()
-        if boot_changed(self.catalog.dir, self.root) or self.catalog.fresh:
+        if not self.read_only:
+            self._finish_orphaned_deletes()
+            self._clean_tmp()
+        changed = boot_changed(self.catalog.dir, self.root, record=not self.read_only)
+        if changed or self.catalog.fresh:
             # Every directory, and every session the catalog names (it may have none).
             names = os.listdir(os.path.join(self.root, SESSIONS_DIR))
             names.extend(dir_name(sid) for sid in list(self.catalog.summaries))
@@ -571,7 +592,8 @@ class Store:
         self._last_reconcile = now
         for path, names in self.registry.dead_registrations():
             self._reconcile(names)
-            self.registry.forget(path)
+            if not self.read_only:
+                self.registry.forget(path)
 
     def _reconcile(self, names: list[str]) -> None:
         """Re-derive the catalog entries of these session directories from their logs."""
@@ -606,7 +628,10 @@ class Store:
             ):
                 # The catalog is ahead of the log (a commit it shows is not there).
                 with contextlib.suppress(JournalError):
-                    self._reset_entry(sess)
+                    if self.read_only:
+                        self._reset_in_memory(sess)
+                    else:
+                        self._reset_entry(sess)
                 continue
             if summary is None:
                 continue
@@ -642,6 +667,16 @@ class Store:
                     OP_RESET, sess.id, covered, summary, executions=self._all_executions(sess)
                 )
             self.catalog.append([record])
+
+    def _reset_in_memory(self, sess: Session) -> None:
+        summary, covered = self._summary_of(sess)
+        if summary is None:
+            self.catalog.append([CatalogRecord(OP_DELETE, sess.id, -1)])
+        else:
+            execs = self._all_executions(sess)
+            self.catalog.append(
+                [CatalogRecord(OP_RESET, sess.id, covered, summary, executions=execs)]
+            )
 
     def _all_executions(self, sess: Session) -> list[tuple[int, int]]:
         """(sequence, started_at_ms) of every execution record of a session (rebuilds only)."""
@@ -778,6 +813,7 @@ class Store:
         self, parent_session_id: str, parent_sequence: int, checkpoint: Checkpoint
     ) -> SessionSummary:
         """Create a clean child session at an exact durable parent sequence."""
+        self._writable("fork")
         from . import fsio
 
         validate.validate_session_id(parent_session_id, "fork parent session id")
@@ -871,6 +907,7 @@ class Store:
 
         Returns False, deleting nothing, when any selected session is absent.
         """
+        self._writable("delete_sessions")
         ids = list(session_ids)
         for sid in ids:
             validate.validate_session_id(sid)
@@ -957,6 +994,8 @@ class Store:
     # --------------------------------------------------------------- lifecycle
     def flush(self) -> None:
         """Write every open session's caches (indexes, snapshot). Never needed for safety."""
+        if self.read_only:
+            return
         with self._lock:
             sessions = list(self._sessions.values())
         for sess in sessions:
