@@ -462,6 +462,8 @@ def _replay_line(d: dict[str, Any]) -> str:
     elif kind == "execution":
         r = d["record"]
         text = f"seq {d['sequence']} {r['turn_id']} {r['outcome']} {r['elapsed_ms']} ms"
+    elif kind == "pad":
+        text = "(space freed by compact)"
     elif kind == "event":
         msg = d["event"]["msg"]
         extra = " transient" if d["transient"] else ""
@@ -635,6 +637,36 @@ def cmd_import(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+def cmd_compact(args: argparse.Namespace, out: Output) -> int:
+    from .compact import compact_session
+
+    with _open(args) as store:
+        if store._session(args.session) is None:
+            raise NotFoundError(f"session {args.session!r} does not exist")
+        directory = store.session_dir(args.session)
+    report = compact_session(directory, args.session, keep=args.keep, dry_run=args.dry_run)
+    if out.json:
+        out.doc(report.__dict__)
+        return EXIT_OK
+    verb = "would drop" if args.dry_run else "dropped"
+    print(
+        f"kept the newest {len(report.retained)} checkpoints"
+        f" ({report.retained[0] if report.retained else '-'}"
+        f"..{report.retained[-1] if report.retained else '-'})"
+    )
+    print(
+        f"{verb} the headers of {len(report.compacted)} older checkpoints"
+        + (f" ({report.compacted[0]}..{report.compacted[-1]})" if report.compacted else "")
+    )
+    if not args.dry_run:
+        print(
+            f"sealed segments: {_size(report.bytes_before)} -> {_size(report.bytes_after)}"
+            f" on disk ({report.segments_rewritten} rewritten)"
+        )
+    print("events, transcript batches and executions are untouched")
+    return EXIT_OK
+
+
 def cmd_stats(args: argparse.Namespace, out: Output) -> int:
     from .inspect import session_stats
 
@@ -774,6 +806,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("import", cmd_import, "verify a bundle and install its sessions")
     p.add_argument("bundle", metavar="FILE")
     p.add_argument("--rename", action="store_true", help="import colliding ids under new ids")
+    p = add(
+        "compact",
+        cmd_compact,
+        "drop superseded checkpoint data from sealed segments (journals untouched)",
+    )
+    p.add_argument("session")
+    p.add_argument(
+        "--keep",
+        type=_positive,
+        default=10,
+        help="newest checkpoints to keep restorable (default 10)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="report what would be dropped")
     p = add("stats", cmd_stats, "bytes per record type, compression, largest records, growth")
     p.add_argument("session", nargs="?")
     return parser

@@ -57,9 +57,9 @@ _GAP = 64 << 10  # records closer than this are read together
 _SPAN = 4 << 20
 _PREALLOC_MIN = 64 << 10
 _PREALLOC_MAX = 4 << 20
-# Where a record header could start: a known type byte (1..6) then known flags (0..3).
-_CANDIDATE = re.compile(rb"(?=.{8}[\x01-\x06][\x00-\x03])", re.DOTALL)
-assert set(TYPE_NAMES) == set(range(1, 7)) and KNOWN_FLAGS == 0x03
+# Where a record header could start: a known type byte (1..7) then known flags (0..3).
+_CANDIDATE = re.compile(rb"(?=.{8}[\x01-\x07][\x00-\x03])", re.DOTALL)
+assert set(TYPE_NAMES) == set(range(1, 8)) and KNOWN_FLAGS == 0x03
 
 
 def segment_name(base: int) -> str:

@@ -34,6 +34,7 @@ EXECUTION = 3
 EVENT = 4
 COMMIT = 5
 CATALOG = 6
+PAD = 7  # filler left by `compact` where a record shrank; every reader skips it
 TYPE_NAMES = {
     CHECKPOINT: "checkpoint",
     TRANSCRIPT: "transcript",
@@ -41,6 +42,7 @@ TYPE_NAMES = {
     EVENT: "event",
     COMMIT: "commit",
     CATALOG: "catalog",
+    PAD: "pad",
 }
 
 FLAG_ZSTD = 0x01
@@ -68,6 +70,13 @@ def _decompressor() -> Any:
         d = zstandard.ZstdDecompressor()
         _local.dctx = d
     return d
+
+
+def pad_frame(size: int) -> bytes:
+    """A PAD record of exactly `size` bytes (header included) with a zero payload."""
+    if size < HEADER_SIZE:
+        raise ValueError(f"a PAD record needs at least {HEADER_SIZE} bytes, not {size}")
+    return frame(PAD, bytes(size - HEADER_SIZE), commit=False, compress=False)
 
 
 def frame(rtype: int, payload: bytes, *, commit: bool, compress: bool = True) -> bytes:

@@ -55,7 +55,7 @@ from .payloads import (
     ExecutionPayload,
     TranscriptPayload,
 )
-from .record import CHECKPOINT, COMMIT, EVENT, EXECUTION, TRANSCRIPT, Record, frame
+from .record import CHECKPOINT, COMMIT, EVENT, EXECUTION, PAD, TRANSCRIPT, Record, frame
 from .types import (
     Checkpoint,
     Event,
@@ -159,6 +159,7 @@ class Session:
         self.flock = FileLock(os.path.join(directory, LOCK_FILE), f"session {session_id!r}")
         self._write_lock = threading.Lock()
         self.users = 0  # calls using this object now (the store's cache never closes those)
+        self._dead_epoch: int | None = None  # an epoch whose items `compact` dropped
         self._state_lock = threading.RLock()
         self.indexes = {
             k: Index(directory, k)
@@ -409,7 +410,7 @@ class Session:
             rtype = rec.rtype
             kind = _INDEX_OF.get(rtype)
             if kind is None:
-                if rtype != COMMIT:
+                if rtype not in (COMMIT, PAD):
                     raise CorruptionError(
                         f"unexpected record type {rtype} in a session log",
                         path=self.log.label,
@@ -457,7 +458,15 @@ class Session:
 
     def _apply_checkpoint(self, p: CheckpointPayload, rec: Record) -> None:
         head = self.head
-        if head.sequence >= 0 and p.epoch == head.epoch and p.base != len(head.context):
+        stub = compacted_stub(p.header)
+        if stub is not None and stub.get("items_dropped"):
+            # `compact` dropped this dead epoch's items: nothing in it can be rebuilt,
+            # and nothing needs to be (a later epoch replaced it before any retained
+            # checkpoint). Keep counting so the epoch's later records still check.
+            self._dead_epoch = p.epoch
+        if self._dead_epoch == p.epoch:
+            head.context = [msgspec.Raw(b"\xc0")] * (p.base + len(p.items))
+        elif head.sequence >= 0 and p.epoch == head.epoch and p.base != len(head.context):
             raise CorruptionError(
                 f"checkpoint {p.sequence} extends {p.base} context items,"
                 f" {len(head.context)} stored",
@@ -852,6 +861,11 @@ class Session:
             p = _decode_payload(payloads.checkpoint_decoder, rec, self)
             if p.sequence != sequence:
                 raise IndexDoubtError(f"checkpoint index entry {sequence} points at {p.sequence}")
+            if compacted_stub(p.header) is not None:
+                raise NotFoundError(
+                    f"checkpoint {sequence} of session {self.id!r} was compacted away"
+                    " (`journal compact` keeps only the newest checkpoints)"
+                )
             return self._materialise(p)
 
         result: Checkpoint | None = self._with_index_retry(run)
@@ -914,6 +928,20 @@ class _KnownDamage(CorruptionError):
         err = cls("", path=damage.path, offset=damage.offset)
         err.args = damage.args
         return err
+
+
+def compacted_stub(header: bytes | msgspec.Raw) -> dict[str, Any] | None:
+    """The marker map of a checkpoint header that `compact` replaced, else None."""
+    header = bytes(header)
+    if len(header) > 256 or not header or header[0] & 0xF0 != 0x80:
+        return None  # real headers are large maps; stubs are small fixmaps
+    try:
+        value = msgspec.msgpack.decode(header)
+    except msgspec.DecodeError:
+        return None
+    if isinstance(value, dict) and value.get("compacted") is True:
+        return value
+    return None
 
 
 def raise_too_large(rtype: int, size: int, limit: int) -> None:

@@ -30,8 +30,8 @@ from .index import (
 from .log import KIND_SESSION, Log, ScanState
 from .metafile import KIND_IDENTITY, KIND_SNAPSHOT, KIND_STATE, read_meta
 from .naming import dir_name
-from .record import CHECKPOINT, COMMIT, EVENT, EXECUTION, TRANSCRIPT, TYPE_NAMES
-from .session import IDENTITY_FILE, LOG_DIR, SNAPSHOT_FILE, Head, SessionIdentity
+from .record import CHECKPOINT, COMMIT, EVENT, EXECUTION, PAD, TRANSCRIPT, TYPE_NAMES
+from .session import IDENTITY_FILE, LOG_DIR, SNAPSHOT_FILE, Head, SessionIdentity, compacted_stub
 
 SEVERITY_DATA = "data"  # the log or an identity/state file is damaged
 SEVERITY_CACHE = "cache"  # a derived file disagrees with the log (rebuilt automatically)
@@ -130,10 +130,13 @@ def _scan(
     counter = 0
     context_len = 0
     epoch = 0
+    dead_epoch: int | None = None
     try:
         for commit in log.committed(0, state, strict=True):
             report.commits += 1
             for rec in commit:
+                if rec.rtype == PAD:
+                    continue  # filler left by compact
                 decoder = _DECODERS.get(rec.rtype)
                 if decoder is None:
                     findings.append(
@@ -191,7 +194,15 @@ def _scan(
                                 f"checkpoint {p.sequence} does not advance {last_cp}",
                             )
                         )
-                    if last_cp >= 0 and p.epoch == epoch and p.base != context_len:
+                    stub = compacted_stub(p.header)
+                    if stub is not None and stub.get("items_dropped"):
+                        dead_epoch = p.epoch  # compact dropped this epoch's items
+                    if (
+                        last_cp >= 0
+                        and p.epoch == epoch
+                        and p.epoch != dead_epoch
+                        and p.base != context_len
+                    ):
                         findings.append(
                             Finding(
                                 SEVERITY_DATA,

@@ -40,6 +40,7 @@ CODE_CONSTANTS = {
     "record.type.event": record.EVENT,
     "record.type.commit": record.COMMIT,
     "record.type.catalog": record.CATALOG,
+    "record.type.pad": record.PAD,
     "record.flag.zstd": record.FLAG_ZSTD,
     "record.flag.commit": record.FLAG_COMMIT,
     "record.compress_min": record.COMPRESS_MIN,
