@@ -42,6 +42,9 @@ class EventPayload(msgspec.Struct, array_like=True):
     stream_metrics: list[StreamMetrics]
     removes: list[int]  # earlier event sequences this event compacts away
     transient: bool  # delivered live, never retained in history
+    # [transcript sequence, item index]: the event's `output` is that transcript item's
+    # `output` (a large tool output stored once); nil otherwise
+    output_ref: list[int] | None = None
 
 
 class CommitPayload(msgspec.Struct, array_like=True):

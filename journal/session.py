@@ -655,11 +655,12 @@ class Session:
                 removes, transient, metrics = eventrules.plan(
                     rules, counter, te.recorded_at_ms, te.event
                 )
+                kept, ref = _store_output_once(te.event, transcript_delta, seq)
                 records.append(
                     (
                         EVENT,
                         EventPayload(
-                            counter, te.recorded_at_ms, te.event, metrics, removes, transient
+                            counter, te.recorded_at_ms, kept, metrics, removes, transient, ref
                         ),
                     )
                 )
@@ -791,11 +792,36 @@ class Session:
         p = _decode_payload(payloads.event_decoder, rec, self)
         if p.sequence != seq:
             raise IndexDoubtError(f"index entry for event {seq} points at event {p.sequence}")
+        event = p.event if p.output_ref is None else self._restore_output(p, rec)
         return JournalEvent(
             sequence=p.sequence,
             recorded_at_ms=p.recorded_at_ms,
-            event=p.event,
+            event=event,
             stream_metrics=p.stream_metrics,
+        )
+
+    def _restore_output(self, p: EventPayload, rec: Record) -> Event:
+        """Put back a large tool output that is stored once, in the transcript."""
+        assert p.output_ref is not None
+        batch_seq, index = p.output_ref
+        with self._state_lock:
+            entry = self.indexes[KIND_TRANSCRIPTS].find(batch_seq)
+        item: Any = None
+        if entry is not None:
+            batch = _decode_payload(
+                payloads.transcript_decoder, self.log.read_record(entry[1], entry[2]), self
+            )
+            if batch.sequence == batch_seq and 0 <= index < len(batch.items):
+                item = _decode_any(bytes(batch.items[index]))
+        if not isinstance(item, dict) or "output" not in item:
+            raise CorruptionError(
+                f"event {p.sequence} stores its tool output as transcript batch {batch_seq}"
+                f" item {index}, which is missing",
+                path=self.log.label,
+                offset=rec.pos,
+            )
+        return Event(
+            submission_id=p.event.submission_id, msg={**p.event.msg, "output": item["output"]}
         )
 
     def sparse_page(
@@ -928,6 +954,36 @@ class _KnownDamage(CorruptionError):
         err = cls("", path=damage.path, offset=damage.offset)
         err.args = damage.args
         return err
+
+
+LARGE_TOOL_OUTPUT = 4096  # bytes of text above which a tool output is stored once
+
+
+def _store_output_once(
+    event: Event, transcript: list[Any], batch_seq: int
+) -> tuple[Event, list[int] | None]:
+    """mobius's "large tool outputs stored once": a `tool_call_end` whose text output
+    is over 4 KiB and equals a `function_call_output` item of the same save keeps a
+    reference to that transcript item instead of a second copy."""
+    msg = event.msg
+    output = msg.get("output")
+    if msg.get("type") != "tool_call_end" or not isinstance(output, str):
+        return event, None
+    # (a str of at most 1024 characters cannot exceed 4 KiB of UTF-8: skip the encode)
+    if len(output) <= LARGE_TOOL_OUTPUT // 4:
+        return event, None
+    if len(output.encode("utf-8", "surrogatepass")) <= LARGE_TOOL_OUTPUT:
+        return event, None
+    for index, item in enumerate(transcript):
+        if (
+            isinstance(item, dict)
+            and item.get("type") == "function_call_output"
+            and item.get("call_id") == msg.get("call_id")
+            and item.get("output") == output
+        ):
+            stripped = {k: v for k, v in msg.items() if k != "output"}
+            return Event(submission_id=event.submission_id, msg=stripped), [batch_seq, index]
+    return event, None
 
 
 def compacted_stub(header: bytes | msgspec.Raw) -> dict[str, Any] | None:

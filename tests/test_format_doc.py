@@ -156,7 +156,7 @@ def test_worked_example_is_what_the_code_writes() -> None:
     payload = payloads.EventPayload(7, 1700000000000, event, [], [], False)
     data = record.frame(record.EVENT, payloads.encode(payload), commit=True)
     assert _block("worked-example") == _hexdump(data)
-    assert len(data) == 68
+    assert len(data) == 69
 
 
 def test_worked_segment_header_is_what_the_code_writes() -> None:
