@@ -30,6 +30,8 @@ class FileLock:
         self.path = path
         self.what = what
         self._fd: int | None = None
+        self._line = b""  # the holder line this object wrote last, and when
+        self._line_at = 0.0
 
     def _open(self) -> int:
         if self._fd is None:
@@ -59,11 +61,22 @@ class FileLock:
                     ) from exc
                 time.sleep(delay)
                 delay = min(delay * 2, 0.02)
-        since = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        line = f"pid={os.getpid()} host={_HOST} since={since}".encode()[: _HOLDER_WIDTH - 1]
-        # The holder line is a courtesy for error messages, never required.
+        # The holder line is a courtesy for error messages, never required. Writing it
+        # dirties the lock file on every commit, so skip it while the line on file is
+        # still ours and at most a second old (a cheap read, no dirty page).
+        now = time.monotonic()
         with contextlib.suppress(OSError):
-            os.pwrite(fd, line.ljust(_HOLDER_WIDTH - 1) + b"\n", 0)
+            if (
+                self._line
+                and now - self._line_at < 1.0
+                and os.pread(fd, len(self._line), 0) == self._line
+            ):
+                return
+            since = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            text = f"pid={os.getpid()} host={_HOST} since={since}".encode()[: _HOLDER_WIDTH - 1]
+            line = text.ljust(_HOLDER_WIDTH - 1) + b"\n"
+            os.pwrite(fd, line, 0)
+            self._line, self._line_at = line, now
 
     def release(self) -> None:
         if self._fd is not None:

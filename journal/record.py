@@ -50,7 +50,7 @@ FLAG_COMMIT = 0x02
 KNOWN_FLAGS = FLAG_ZSTD | FLAG_COMMIT
 
 # Payloads at least this large are compressed when that saves at least 1/8.
-COMPRESS_MIN = 512
+COMPRESS_MIN = 2048
 MAX_PAYLOAD = 0xFFFF_FFFF
 
 _local = threading.local()
