@@ -517,6 +517,23 @@ class Log:
         return True
 
     # ---------------------------------------------------------------- writing
+    def untouched_since(self, end: int) -> bool:
+        """Whether our open writer is at `end` and nobody appended after it (one pread).
+
+        Another process can only append after `end` by writing a record there, or by
+        sealing this segment (truncating it to `end`) and starting a new one; either
+        way the bytes at `end` are no longer the preallocated zeros.
+        """
+        w = self._writer
+        if w is None or w.poisoned or w.data_end != end or w.seg is not self.segments[-1]:
+            return False
+        off = SEGMENT_HEADER_SIZE + end - w.seg.base
+        try:
+            probe = os.pread(w.fd, HEADER_SIZE, off)
+        except OSError:
+            return False
+        return probe == bytes(HEADER_SIZE)
+
     def open_writer(self, end: int) -> None:
         """Prepare to append at `end` (the end of the last commit, after recovery)."""
         seg = self.segments[-1]

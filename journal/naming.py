@@ -13,6 +13,7 @@ collision is detected, never silently shared.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import re
 
@@ -20,6 +21,7 @@ _SLUG_BAD = re.compile(r"[^a-z0-9_-]+")
 SLUG_MAX = 24
 
 
+@functools.lru_cache(maxsize=8192)  # called on every store call; hashing is not free
 def dir_name(ident: str) -> str:
     digest = hashlib.sha256(ident.encode("utf-8")).digest()
     tag = base64.b32encode(digest).decode("ascii").lower()[:26]

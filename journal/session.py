@@ -503,11 +503,14 @@ class Session:
             self.flock.acquire(self.options.lock_timeout)
             try:
                 self._check_still_published()
-                state = self._catch_up(strict=not self._recovered)
-                if state.tail != "clean":
-                    state = self._recover(state)
-                self._recovered = True
-                self.log.open_writer(self.head.covered)
+                # Fast path: after recovery, when no other process appended since our
+                # last commit (one pread), the head is current and the writer in place.
+                if not (self._recovered and self.log.untouched_since(self.head.covered)):
+                    state = self._catch_up(strict=not self._recovered)
+                    if state.tail != "clean":
+                        state = self._recover(state)
+                    self._recovered = True
+                    self.log.open_writer(self.head.covered)
                 yield
             finally:
                 self.flock.release()
