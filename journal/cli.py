@@ -644,7 +644,11 @@ def cmd_compact(args: argparse.Namespace, out: Output) -> int:
         if store._session(args.session) is None:
             raise NotFoundError(f"session {args.session!r} does not exist")
         directory = store.session_dir(args.session)
-    report = compact_session(directory, args.session, keep=args.keep, dry_run=args.dry_run)
+    report = compact_session(
+        directory, args.session, keep=args.keep, dry_run=args.dry_run, progress=_progress
+    )
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
     if out.json:
         out.doc(report.__dict__)
         return EXIT_OK

@@ -19,6 +19,7 @@ sizes changed) and rebuilt from the log on next use.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -64,6 +65,7 @@ def compact_session(
     keep: int,
     dry_run: bool = False,
     lock_timeout: float = 10.0,
+    progress: Callable[[str], None] | None = None,
 ) -> CompactReport:
     if keep < 1:
         from .errors import InvalidInputError
@@ -75,7 +77,9 @@ def compact_session(
         with sess.writing():
             plan = _plan(sess, keep, report)
             sealed = sess.log.segments[:-1]
-            for seg in sealed:
+            for n, seg in enumerate(sealed, 1):
+                if progress:
+                    progress(f"compact: segment {n} of {len(sealed)}")
                 report.bytes_before += _allocated(seg.path)
                 victims = [p for p in plan if seg.base <= p[0] < seg.base + _data_len(seg.path)]
                 if not victims or dry_run:

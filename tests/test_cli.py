@@ -350,3 +350,41 @@ def test_stats_reports_types(demo_root: Path) -> None:
     st = json.loads(run(demo_root, "stats", "demo-session", "--json").stdout)
     assert st["commits"] > 0 and {"checkpoint", "event", "commit"} <= set(st["by_type"])
     assert os.path.exists(demo_root)
+
+
+def test_compact_dry_run_then_real(tmp_path: Path) -> None:
+    import random
+
+    root = tmp_path / "s"
+    store = journal.open(root, segment_bytes=64 << 10)
+    for seq in range(30):
+        cp = Checkpoint.empty("big", owner_id="me")
+        cp.sequence = seq
+        cp.context = [{"i": i} for i in range(seq + 1)]
+        cp.metadata = {"blob": random.Random(seq).randbytes(12000).hex()}
+        store.save(cp, [{"t": seq}])
+    before = (
+        store.event_page("big", EventPageRequest(limit=100)),
+        store.transcript_page("big", TranscriptPageRequest(max_batches=100)),
+    )
+    store.close()
+    seg_dir = root / "sessions" / dir_name("big") / "log"
+    files = {p.name: p.read_bytes() for p in seg_dir.iterdir()}
+    dry = json.loads(run(root, "compact", "big", "--keep", "3", "--dry-run", "--json").stdout)
+    assert dry["dry_run"] and len(dry["compacted"]) > 0 and dry["segments_rewritten"] == 0
+    assert {p.name: p.read_bytes() for p in seg_dir.iterdir()} == files
+    real = json.loads(run(root, "compact", "big", "--keep", "3", "--json").stdout)
+    assert real["compacted"] == dry["compacted"] and real["bytes_after"] < real["bytes_before"]
+    assert real["retained"] == [27, 28, 29]
+    run(root, "verify")
+    run(root, "checkpoint", "big", "--at", str(real["compacted"][0]), check_code=1)
+    store = journal.open(root)
+    try:
+        after = (
+            store.event_page("big", EventPageRequest(limit=100)),
+            store.transcript_page("big", TranscriptPageRequest(max_batches=100)),
+        )
+        assert after == before
+        assert store.load("big").sequence == 29  # type: ignore[union-attr]
+    finally:
+        store.close()
