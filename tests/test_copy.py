@@ -229,11 +229,11 @@ def check_store(store: journal.Store, root: Path) -> dict[str, tuple[int, int]]:
         assert summary == store.session_summary(sid)
         if summary.parent_session_id is not None:
             assert summary.parent_session_id in listed
-    recent = store.recent_executions(1000)
+    recent = store.recent_executions(1_000_000)  # all of them: a busy writer makes > 1000
     assert sorted((r.session_id, r.turn_id) for r in recent) == sorted(
         (sid, r.turn_id)
         for sid in ids
-        for r in store.execution_page(sid, ExecutionPageRequest(limit=1000)).executions
+        for r in store.execution_page(sid, ExecutionPageRequest(limit=1_000_000)).executions
     )
     return seen
 
@@ -278,16 +278,18 @@ def test_copy_of_live_store_is_valid(tmp_path: Path) -> None:
             sid = sorted(seen)[0]
             cp = copy.load(sid)
             assert cp is not None
-            nxt = checkpoint(sid, cp.sequence + 100, [*cp.context, item(sid, cp.sequence + 100)])
-            copy.save(nxt, [item(sid, cp.sequence + 100)])
+            # a jump no live writer reaches, so the original cannot have it by chance
+            jump = cp.sequence + 10**12
+            nxt = checkpoint(sid, jump, [*cp.context, item(sid, jump)])
+            copy.save(nxt, [item(sid, jump)])
             got = copy.append_event(sid, 1, warning("copy"))
             assert got.sequence == seen[sid][1] + 1
-            assert copy.fork_at(sid, cp.sequence + 100, "copy-child").parent_session_id == sid
+            assert copy.fork_at(sid, jump, "copy-child").parent_session_id == sid
             assert copy.delete_sessions(["copy-child"]) is True
         finally:
             copy.close()
         loaded = original.load(sid)
-        assert loaded is not None and loaded.sequence < cp.sequence + 100
+        assert loaded is not None and loaded.sequence < jump
         assert original.load("copy-child") is None
     finally:
         original.close()
