@@ -20,10 +20,7 @@ from . import payloads
 from .errors import CorruptionError, FormatVersionError, JournalError
 from .index import (
     INDEX_FILES,
-    KIND_CHECKPOINTS,
     KIND_EVENTS,
-    KIND_EXECUTIONS,
-    KIND_TRANSCRIPTS,
     REMOVED,
     Index,
 )
@@ -31,7 +28,15 @@ from .log import KIND_SESSION, Log, ScanState
 from .metafile import KIND_IDENTITY, KIND_SNAPSHOT, KIND_STATE, read_meta
 from .naming import dir_name
 from .record import CHECKPOINT, COMMIT, EVENT, EXECUTION, PAD, TRANSCRIPT, TYPE_NAMES
-from .session import IDENTITY_FILE, LOG_DIR, SNAPSHOT_FILE, Head, SessionIdentity, compacted_stub
+from .session import (
+    _INDEX_OF,
+    IDENTITY_FILE,
+    LOG_DIR,
+    SNAPSHOT_FILE,
+    Head,
+    SessionIdentity,
+    compacted_stub,
+)
 
 SEVERITY_DATA = "data"  # the log or an identity/state file is damaged
 SEVERITY_CACHE = "cache"  # a derived file disagrees with the log (rebuilt automatically)
@@ -63,12 +68,7 @@ class SessionReport:
     log_bytes: int = 0
 
 
-_IDX_OF = {
-    EVENT: KIND_EVENTS,
-    CHECKPOINT: KIND_CHECKPOINTS,
-    TRANSCRIPT: KIND_TRANSCRIPTS,
-    EXECUTION: KIND_EXECUTIONS,
-}
+_IDX_OF = _INDEX_OF  # record type -> index kind, as the session applies it
 _DECODERS: dict[int, Any] = {
     EVENT: payloads.event_decoder,
     CHECKPOINT: payloads.checkpoint_decoder,
