@@ -244,7 +244,7 @@ class PayloadGenerator:
             return self._fill(event, lambda text: msg.__setitem__("delta", text), size)
         if kind == "tool_call_begin":
             name = self.rng.choice(_TOOLS)
-            arguments: dict[str, Json] = {"workdir": "/work/repo", "timeout_ms": 120_000}
+            arguments: dict[str, Json] = {"workdir": "/src/app", "timeout_ms": 120_000}
             msg.update(turn_id=turn_id, call_id=self.new_id("call"), name=name)
             msg["arguments"] = arguments
             return self._fill(event, lambda text: arguments.__setitem__("input", text), size)
@@ -358,7 +358,7 @@ class PayloadGenerator:
             return self._fill(item, lambda text: part.__setitem__("text", text), size)
         if kind == "function_call":
             command = ["bash", "-lc", ""]
-            arguments: dict[str, Json] = {"cmd": command, "workdir": "/work/repo"}
+            arguments: dict[str, Json] = {"cmd": command, "workdir": "/src/app"}
             item = {"type": "function_call", "call_id": self.new_id("call"), "arguments": ""}
             item["name"] = self.rng.choice(_TOOLS)
 
