@@ -286,14 +286,22 @@ def main(root: str, out: Callable[[str], None] = print) -> int:
         crashed = store.load(CRASHED)
         assert crashed is not None
         survived = crashed.sequence
-        pending = crashed.pending_tools[0]["name"] if crashed.pending_tools else "-"
         events = store.event_page(CRASHED, EventPageRequest(limit=3))
+        extra = (
+            " plus the commit it was writing when killed, which reached the disk whole"
+            if survived > acked
+            else ""
+        )
+        tool = (
+            f"; its pending tool call {crashed.pending_tools[0]['name']!r} was durable"
+            " before the tool ran"
+            if crashed.pending_tools
+            else ""
+        )
         out(
             f"   last acknowledged checkpoint: {acked}; after reopening: {survived}"
-            f" (every acknowledged commit is there, nothing half-written is visible;"
-            f" the pending tool call {pending!r}"
-            f" was durable before it ran). Newest event: #{events.events[0].sequence}"
-            f" {events.events[0].event.msg['type']}."
+            f" (every acknowledged commit is there{extra}; nothing half-written is visible{tool})."
+            f" Newest event: #{events.events[0].sequence} {events.events[0].event.msg['type']}."
         )
 
         fork_at = 4
