@@ -20,13 +20,7 @@ from .log import KIND_SESSION, Log, ScanState
 from .record import CHECKPOINT, COMMIT, EVENT, EXECUTION, FLAG_ZSTD, TRANSCRIPT, TYPE_NAMES, Record
 from .session import LOG_DIR
 
-_DECODERS: dict[int, Any] = {
-    EVENT: payloads.event_decoder,
-    CHECKPOINT: payloads.checkpoint_decoder,
-    TRANSCRIPT: payloads.transcript_decoder,
-    EXECUTION: payloads.execution_decoder,
-    COMMIT: payloads.commit_decoder,
-}
+_DECODERS = payloads.DECODERS
 _to_builtins = msgspec.to_builtins
 
 

@@ -8,6 +8,8 @@ decoding it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from .types import Event, ExecutionRecord, StreamMetrics
@@ -65,3 +67,18 @@ transcript_decoder = msgspec.msgpack.Decoder(TranscriptPayload)
 execution_decoder = msgspec.msgpack.Decoder(ExecutionPayload)
 event_decoder = msgspec.msgpack.Decoder(EventPayload)
 commit_decoder = msgspec.msgpack.Decoder(CommitPayload)
+
+
+def _decoders() -> dict[int, msgspec.msgpack.Decoder[Any]]:
+    from .record import CHECKPOINT, COMMIT, EVENT, EXECUTION, TRANSCRIPT
+
+    return {
+        CHECKPOINT: checkpoint_decoder,
+        TRANSCRIPT: transcript_decoder,
+        EXECUTION: execution_decoder,
+        EVENT: event_decoder,
+        COMMIT: commit_decoder,
+    }
+
+
+DECODERS = _decoders()  # session-log record type -> payload decoder

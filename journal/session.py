@@ -938,12 +938,7 @@ _INDEX_OF = {
     TRANSCRIPT: KIND_TRANSCRIPTS,
     EXECUTION: KIND_EXECUTIONS,
 }
-_DECODERS: dict[int, Any] = {
-    EVENT: payloads.event_decoder,
-    CHECKPOINT: payloads.checkpoint_decoder,
-    TRANSCRIPT: payloads.transcript_decoder,
-    EXECUTION: payloads.execution_decoder,
-}
+_DECODERS = payloads.DECODERS
 
 
 class _KnownDamage(CorruptionError):

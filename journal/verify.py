@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 
@@ -27,7 +26,7 @@ from .index import (
 from .log import KIND_SESSION, Log, ScanState
 from .metafile import KIND_IDENTITY, KIND_SNAPSHOT, KIND_STATE, read_meta
 from .naming import dir_name
-from .record import CHECKPOINT, COMMIT, EVENT, EXECUTION, PAD, TRANSCRIPT, TYPE_NAMES
+from .record import CHECKPOINT, EVENT, PAD, TYPE_NAMES
 from .session import (
     _INDEX_OF,
     IDENTITY_FILE,
@@ -69,13 +68,7 @@ class SessionReport:
 
 
 _IDX_OF = _INDEX_OF  # record type -> index kind, as the session applies it
-_DECODERS: dict[int, Any] = {
-    EVENT: payloads.event_decoder,
-    CHECKPOINT: payloads.checkpoint_decoder,
-    TRANSCRIPT: payloads.transcript_decoder,
-    EXECUTION: payloads.execution_decoder,
-    COMMIT: payloads.commit_decoder,
-}
+_DECODERS = payloads.DECODERS
 
 
 def verify_session_dir(directory: str) -> tuple[SessionReport, list[Finding]]:
@@ -153,11 +146,10 @@ def _scan(
                     p = decoder.decode(rec.payload)
                 except msgspec.DecodeError as exc:
                     findings.append(
-                        Finding(
-                            SEVERITY_DATA,
+                        _at(
+                            log,
                             sid,
-                            _seg_path(log, rec.pos),
-                            _file_offset(log, rec.pos),
+                            rec.pos,
                             f"{TYPE_NAMES[rec.rtype]} payload does not decode: {exc}",
                         )
                     )
@@ -170,11 +162,10 @@ def _scan(
                     counter += 1
                     if p.sequence != counter:
                         findings.append(
-                            Finding(
-                                SEVERITY_DATA,
+                            _at(
+                                log,
                                 sid,
-                                _seg_path(log, rec.pos),
-                                _file_offset(log, rec.pos),
+                                rec.pos,
                                 f"event sequence {p.sequence}, expected {counter}",
                             )
                         )
@@ -186,11 +177,10 @@ def _scan(
                 elif rec.rtype == CHECKPOINT:
                     if p.sequence <= last_cp:
                         findings.append(
-                            Finding(
-                                SEVERITY_DATA,
+                            _at(
+                                log,
                                 sid,
-                                _seg_path(log, rec.pos),
-                                _file_offset(log, rec.pos),
+                                rec.pos,
                                 f"checkpoint {p.sequence} does not advance {last_cp}",
                             )
                         )
@@ -204,11 +194,10 @@ def _scan(
                         and p.base != context_len
                     ):
                         findings.append(
-                            Finding(
-                                SEVERITY_DATA,
+                            _at(
+                                log,
                                 sid,
-                                _seg_path(log, rec.pos),
-                                _file_offset(log, rec.pos),
+                                rec.pos,
                                 f"checkpoint {p.sequence} keeps {p.base} context"
                                 f" items but {context_len} are stored",
                             )
@@ -356,6 +345,11 @@ def verify_store(
                 found = list(verify_state_dir(os.path.join(state_root, scope)))
                 if found:
                     yield None, found
+
+
+def _at(log: Log, sid: str | None, pos: int, message: str) -> Finding:
+    """A data finding about the record at log position `pos` (file and file offset)."""
+    return Finding(SEVERITY_DATA, sid, _seg_path(log, pos), _file_offset(log, pos), message)
 
 
 def _seg_path(log: Log, pos: int) -> str:
