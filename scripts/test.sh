@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[test]'
+.venv/bin/python -m pip install -q -e '.[test,langgraph,openai-agents,conformance]'
 .venv/bin/ruff check journal tests benchmarks
 .venv/bin/mypy journal
 .venv/bin/python -m pytest -q
