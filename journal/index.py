@@ -241,8 +241,11 @@ class Index:
         """Up to `limit` live entries with key < `before`, newest first; and whether more exist."""
         hi = self.count if before is None else self.lower_bound(before)
         out: list[tuple[int, int, int, int]] = []
+        # Read (and check) only what the page needs: limit + 1 entries tell whether
+        # more exist; removed (transient) entries make later blocks grow.
+        block = limit + 1
         while hi > 0:
-            lo = max(0, hi - _BLOCK)
+            lo = max(0, hi - block)
             for entry in reversed(self.read_block(lo, hi)):
                 if entry[3] & REMOVED:
                     continue
@@ -250,6 +253,7 @@ class Index:
                     return out, True
                 out.append(entry)
             hi = lo
+            block = min(block * 2, _BLOCK * 16)
         return out, False
 
     def oldest_after(self, after: int, limit: int) -> list[tuple[int, int, int, int]]:

@@ -28,16 +28,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from . import fsio
-from .errors import CorruptionError, FormatVersionError, StorageError
+from .errors import CorruptionError, FormatVersionError, JournalError, StorageError
 from .record import (
     END,
     FLAG_COMMIT,
+    FLAG_ZSTD,
     HEADER_SIZE,
     KNOWN_FLAGS,
     OK,
     SHORT,
     TYPE_NAMES,
     Record,
+    frame_at,
     open_payload,
     parse_at,
 )
@@ -55,6 +57,7 @@ _READ_CHUNK = 1 << 20
 _FIRST_READ = 4096  # a refresh usually finds nothing new: read little first
 _GAP = 64 << 10  # records closer than this are read together
 _SPAN = 4 << 20
+_ZERO_HEADER = bytes(HEADER_SIZE)
 _PREALLOC_MIN = 64 << 10
 _PREALLOC_MAX = 4 << 20
 # Where a record header could start: a known type byte (1..7) then known flags (0..3).
@@ -238,25 +241,26 @@ class Log:
 
     def read_record(self, pos: int, size: int) -> Record:
         """Read and check the record at `pos` whose framed size is `size`."""
-        data = self.pread(pos, size)
-        res = parse_at(data, 0)
-        if res[0] != OK or res[4] != size:
+        return self._record_in(self.pread(pos, size), 0, pos, size)
+
+    def _record_in(self, data: bytes, off: int, pos: int, size: int) -> Record:
+        """The record of framed `size` at log position `pos`, found at `data[off:]`."""
+        frame = frame_at(data, off, size)
+        if frame is None:
             _, seg = self._segment_for(pos)
             raise CorruptionError(
                 f"{self.label}: bad record at position {pos}",
                 path=seg.path,
                 offset=SEGMENT_HEADER_SIZE + pos - seg.base,
             )
-        _, rtype, flags, start, end = res
-        _, seg = self._segment_for(pos)
-        payload = open_payload(
-            rtype,
-            flags,
-            data[start:end],
-            path=seg.path,
-            offset=SEGMENT_HEADER_SIZE + pos - seg.base,
-        )
-        return Record(pos, size, rtype, flags, payload, _crc_at(data, 0))
+        rtype, flags, crc = frame
+        stored = data[off + HEADER_SIZE : off + size]
+        if flags & FLAG_ZSTD:
+            _, seg = self._segment_for(pos)
+            stored = open_payload(
+                rtype, flags, stored, path=seg.path, offset=SEGMENT_HEADER_SIZE + pos - seg.base
+            )
+        return Record(pos, size, rtype, flags, stored, crc)
 
     def read_record_at(self, pos: int) -> Record:
         """Read the record at `pos` when only its position is known (two reads)."""
@@ -286,22 +290,7 @@ class Log:
             block = self.pread(first, last_end - first)
             for t in range(k, j + 1):
                 pos, size = spans[order[t]]
-                data = block[pos - first : pos - first + size]
-                res = parse_at(data, 0)
-                if res[0] != OK or res[4] != size:
-                    raise CorruptionError(
-                        f"{self.label}: bad record at position {pos}",
-                        path=seg.path,
-                        offset=SEGMENT_HEADER_SIZE + pos - seg.base,
-                    )
-                payload = open_payload(
-                    res[1],
-                    res[2],
-                    data[res[3] : res[4]],
-                    path=seg.path,
-                    offset=SEGMENT_HEADER_SIZE + pos - seg.base,  # a file offset, not a position
-                )
-                out[order[t]] = Record(pos, size, res[1], res[2], payload, _crc_at(data, 0))
+                out[order[t]] = self._record_in(block, pos - first, pos, size)
             k = j + 1
         return [r for r in out if r is not None]
 
@@ -533,6 +522,28 @@ class Log:
         except OSError:
             return False
         return probe == bytes(HEADER_SIZE)
+
+    def quiet_since(self, end: int) -> bool:
+        """Whether nothing was appended at `end` since a scan stopped there (two syscalls).
+
+        For readers' refresh: a scan that ended cleanly at `end` in the newest
+        segment sees the same log while the bytes at `end` are still zeros in that
+        same file. Any append writes a record header there; a roll seals the segment
+        by truncating it to `end` (the read comes back short); a newest segment that
+        recovery unlinked (a crashed roll) has no links left, and its name may now
+        belong to a new file, so the answer is no and the full scan decides.
+        """
+        if not self.segments:
+            return False
+        seg = self.segments[-1]
+        if end < seg.base:
+            return False
+        try:
+            fd = self._fd(seg.path)
+            probe = os.pread(fd, HEADER_SIZE, SEGMENT_HEADER_SIZE + end - seg.base)
+            return probe == _ZERO_HEADER and os.fstat(fd).st_nlink > 0
+        except (OSError, JournalError):
+            return False
 
     def open_writer(self, end: int) -> None:
         """Prepare to append at `end` (the end of the last commit, after recovery)."""

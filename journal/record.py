@@ -17,8 +17,7 @@ from __future__ import annotations
 import struct
 import threading
 import zlib
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import zstandard
 
@@ -91,9 +90,12 @@ def frame(rtype: int, payload: bytes, *, commit: bool, compress: bool = True) ->
     return struct.pack("<I", zlib.crc32(body)) + body
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One decoded record: where it is, what it is, and its (decompressed) payload."""
+class Record(NamedTuple):
+    """One decoded record: where it is, what it is, and its (decompressed) payload.
+
+    A NamedTuple rather than a frozen dataclass: pages build one per entry, and a
+    frozen dataclass's __init__ costs several times more.
+    """
 
     pos: int  # log position of the record's first header byte
     size: int  # header + stored payload bytes
@@ -116,6 +118,26 @@ def open_payload(rtype: int, flags: int, stored: bytes, *, path: str, offset: in
         raise CorruptionError(
             f"zstd payload does not decompress: {exc}", path=path, offset=offset
         ) from exc
+
+
+def frame_at(buf: bytes, off: int, size: int) -> tuple[int, int, int] | None:
+    """Check the frame of known total `size` at `off` (read through an index entry).
+
+    Returns (rtype, flags, crc), or None when the bytes there are not exactly one
+    intact frame of that size. Cheaper than `parse_at`: the size is known, so no
+    end-of-buffer or zero-header classification is needed.
+    """
+    if off + size > len(buf) or size < HEADER_SIZE:
+        return None
+    crc, length, rtype, flags = HEADER.unpack_from(buf, off)
+    if (
+        length + HEADER_SIZE != size
+        or rtype not in TYPE_NAMES
+        or flags & ~KNOWN_FLAGS
+        or zlib.crc32(memoryview(buf)[off + 4 : off + size]) != crc
+    ):
+        return None
+    return rtype, flags, crc
 
 
 # Outcomes of parsing at one offset.

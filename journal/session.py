@@ -715,7 +715,21 @@ class Session:
 
     # ------------------------------------------------------------------ reading
     def refresh(self) -> None:
-        """Pick up commits other processes appended (readers never lock)."""
+        """Pick up commits other processes appended (readers never lock).
+
+        Fast path: when the last scan ended cleanly at the position everything
+        here reflects and nothing has been written there since, there is nothing
+        to pick up (`Log.quiet_since`), and a read costs no scan.
+        """
+        state = self.tail_state
+        if (
+            state.tail == "clean"
+            and self.damage is None
+            and state.end == self.head.covered
+            and all(i.covered == state.end for i in self.indexes.values())
+            and self.log.quiet_since(state.end)
+        ):
+            return
         self._catch_up(strict=False, tolerate=True)
 
     @property
