@@ -1,0 +1,1018 @@
+"""A LangGraph checkpoint saver on a `journal` store: `JournalSaver`.
+
+    from journal.integrations.langgraph import JournalSaver
+    graph = builder.compile(checkpointer=JournalSaver("agent-store"))
+
+Mapping (docs/langgraph.md has the full story):
+
+- A thread's root namespace ("") is the journal session whose id is the thread
+  id (with an optional prefix); a subgraph namespace is a child session (a fork
+  of the root) with id `<thread id>::ns::<namespace>`. `delete_thread` deletes the
+  root, which deletes the children with it, in one atomic journal delete.
+- Each `put` is ONE journal commit (`save_with_events`): a journal checkpoint
+  whose `context` holds the items of the growing list channel (default
+  "messages"), each serialised by the saver's serde, and one event
+  `langgraph_checkpoint` carrying everything else (ids, parent, metadata, the
+  serialised header and the other channels). Within one context epoch the
+  journal writes only the new tail of the context, so a growing message list
+  costs the new messages per step, not the whole list.
+- Each `put_writes` is ONE journal commit (`append_event`, a `langgraph_writes`
+  event), durable when the call returns. Writes already stored under the same
+  (task_id, idx) are not stored again; reads keep the first one (special
+  writes with negative idx: the last one), like LangGraph's own savers.
+- `prune` and `delete_for_runs` are logical: one `langgraph_delete` event per
+  session hides the checkpoints (and their writes) atomically.
+
+The saver keeps an in-memory index per session (checkpoint ids, parents,
+metadata, writes), built lazily from the session's event journal newest first
+and caught up with one small read per call, so it sees commits of other
+processes and of earlier runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import os
+import random
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    CheckpointMetadata,
+    CheckpointTuple,
+    PendingWrite,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.base import Checkpoint as LGCheckpoint
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from journal.errors import (
+    ContractViolationError,
+    CorruptionError,
+    InvalidInputError,
+    JournalError,
+    NotFoundError,
+)
+from journal.store import Durability, Store
+from journal.types import (
+    CHECKPOINT_VERSION,
+    Checkpoint,
+    Event,
+    EventPageRequest,
+    JournalEvent,
+    SessionContext,
+    SessionPageRequest,
+    TimestampedEvent,
+)
+
+__all__ = ["NS_SEP", "ORIGIN_LABEL", "JournalSaver"]
+
+NS_SEP = "::ns::"
+"""Separates the thread id from the checkpoint namespace in a subgraph's session id."""
+
+ORIGIN_LABEL = "langgraph"
+"""`session_context.origin_label` of every session this saver creates."""
+
+EV_CHECKPOINT = "langgraph_checkpoint"
+EV_WRITES = "langgraph_writes"
+EV_DELETE = "langgraph_delete"
+_PAGE = 256
+_MAX_INDEXES = 256
+
+
+# ----------------------------------------------------------------------- encoding
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: Any, where: str) -> bytes:
+    if not isinstance(text, str):
+        raise CorruptionError(f"{where}: expected a base64 string")
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise CorruptionError(f"{where}: bad base64 ({exc})") from exc
+
+
+def _typed(value: Any, where: str) -> tuple[str, bytes]:
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not isinstance(value[0], str)
+        or not isinstance(value[1], str)
+    ):
+        raise CorruptionError(f"{where}: expected [type, base64]")
+    return value[0], _unb64(value[1], where)
+
+
+def _msgpack_array_header(n: int) -> bytes:
+    if n < 16:
+        return bytes([0x90 | n])
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+_json_encode = msgspec.json.Encoder().encode
+_json_decode = msgspec.json.Decoder().decode
+
+
+# ------------------------------------------------------------------------ index
+@dataclass
+class _Put:
+    """One `put` as recorded by its `langgraph_checkpoint` event."""
+
+    event_seq: int
+    seq: int  # journal checkpoint sequence
+    id: str
+    parent: str | None
+    msg: dict[str, Any]  # the whole event message (header, channels, metadata)
+    metadata: dict[str, Any]
+    ctx_channel: str | None
+    ctx_len: int
+    epoch: int
+
+
+@dataclass
+class _Write:
+    event_seq: int
+    pos: int  # position within its event
+    task_id: str
+    channel: str
+    value: list[Any]  # [type, base64]
+    path: str
+
+
+@dataclass
+class _Index:
+    """What one session's event journal says, for the covered range [low, high]."""
+
+    sid: str
+    thread_id: str
+    ns: str
+    puts: dict[str, _Put] = field(default_factory=dict)  # newest put of each id
+    writes: dict[str, dict[tuple[str, int], _Write]] = field(default_factory=dict)
+    deleted: set[str] = field(default_factory=set)
+    low: int = 1  # lowest covered event sequence (1: complete)
+    high: int = 0  # highest covered event sequence
+    high_mark: str | None = None  # fingerprint of the event at `high`
+    head: tuple[int, int, list[Any]] | None = None  # (seq, epoch, context) of the head
+
+    @property
+    def complete(self) -> bool:
+        return self.low <= 1
+
+    def ordered(self) -> list[_Put]:
+        """Visible checkpoints, newest first (by journal sequence)."""
+        puts = [p for p in self.puts.values() if p.id not in self.deleted]
+        puts.sort(key=lambda p: p.seq, reverse=True)
+        return puts
+
+    def add_write(self, checkpoint_id: str, key: tuple[str, int], w: _Write) -> None:
+        slot = self.writes.setdefault(checkpoint_id, {})
+        old = slot.get(key)
+        if old is None:
+            slot[key] = w
+            return
+        newer = (w.event_seq, w.pos) > (old.event_seq, old.pos)
+        # Regular writes: the first one stays. Special writes (idx < 0): the last one.
+        if (key[1] < 0) == newer:
+            slot[key] = w
+
+
+def _mark(ev: JournalEvent) -> str:
+    n = ev.event.msg.get("n")
+    return f"{ev.sequence}:{ev.event.msg.get('type')}:{n if isinstance(n, str) else ''}"
+
+
+# ------------------------------------------------------------------------ saver
+class JournalSaver(BaseCheckpointSaver[str]):
+    """LangGraph's `BaseCheckpointSaver` on a journal store (sync and async).
+
+    `store` is a `journal.Store` or a directory (opened with `durability`; closed
+    by `close()`). `context_channel` names the list channel kept as the journal
+    context, item by item, so that only new items are written (None: none).
+    `owner_id` labels the sessions (`session_context.owner_id`), `session_prefix`
+    is put in front of every thread id to form session ids.
+    """
+
+    def __init__(
+        self,
+        store: Store | str | os.PathLike[str],
+        *,
+        serde: SerializerProtocol | None = None,
+        durability: Durability = "fsync",
+        context_channel: str | None = "messages",
+        owner_id: str = "langgraph",
+        session_prefix: str = "",
+    ) -> None:
+        super().__init__(serde=serde)
+        if isinstance(store, Store):
+            self.store = store
+            self._owns_store = False
+        else:
+            self.store = Store(store, durability=durability)
+            self._owns_store = True
+        if NS_SEP in session_prefix:
+            raise InvalidInputError(f"session_prefix cannot contain {NS_SEP!r}")
+        self.context_channel = context_channel
+        self.owner_id = owner_id
+        self.session_prefix = session_prefix
+        self._lock = threading.Lock()
+        self._session_locks: dict[str, threading.RLock] = {}
+        self._indexes: OrderedDict[str, _Index] = OrderedDict()
+        self._fast_list = isinstance(self.serde, JsonPlusSerializer)
+
+    # ------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        """Close the store if this saver opened it."""
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> JournalSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> JournalSaver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.close)
+
+    # ------------------------------------------------------------- naming
+    def session_id(self, thread_id: str, checkpoint_ns: str = "") -> str:
+        """The journal session id of a thread's namespace."""
+        if NS_SEP in thread_id:
+            raise InvalidInputError(f"thread id {thread_id!r} contains {NS_SEP!r}")
+        root = self.session_prefix + thread_id
+        return root if not checkpoint_ns else f"{root}{NS_SEP}{checkpoint_ns}"
+
+    def _parse_sid(self, sid: str) -> tuple[str, str] | None:
+        if not sid.startswith(self.session_prefix):
+            return None
+        rest = sid[len(self.session_prefix) :]
+        thread_id, sep, ns = rest.partition(NS_SEP)
+        if not thread_id:
+            return None
+        return thread_id, (ns if sep else "")
+
+    @staticmethod
+    def _target(config: RunnableConfig) -> tuple[str, str]:
+        conf = config.get("configurable") or {}
+        if "thread_id" not in conf or conf["thread_id"] is None:
+            raise InvalidInputError('config["configurable"]["thread_id"] is required')
+        thread_id = str(conf["thread_id"])
+        ns = conf.get("checkpoint_ns") or ""
+        if not isinstance(ns, str):
+            raise InvalidInputError("checkpoint_ns must be a string")
+        return thread_id, ns
+
+    def _slock(self, sid: str) -> threading.RLock:
+        with self._lock:
+            lock = self._session_locks.get(sid)
+            if lock is None:
+                lock = self._session_locks[sid] = threading.RLock()
+            return lock
+
+    # ------------------------------------------------------------- serde
+    def _dump(self, value: Any) -> list[str]:
+        kind, data = self.serde.dumps_typed(value)
+        return [kind, _b64(data)]
+
+    def _load(self, value: Any, where: str) -> Any:
+        return self.serde.loads_typed(_typed(value, where))
+
+    def _load_list(self, items: list[Any], where: str) -> list[Any]:
+        typed = [_typed(item, where) for item in items]
+        if self._fast_list and typed and all(kind == "msgpack" for kind, _ in typed):
+            # One decode of one msgpack array instead of one call per item: the
+            # items are msgpack values, so the array is their concatenation.
+            raw = _msgpack_array_header(len(typed)) + b"".join(data for _, data in typed)
+            out = self.serde.loads_typed(("msgpack", raw))
+            if isinstance(out, list) and len(out) == len(typed):
+                return out
+        return [self.serde.loads_typed(t) for t in typed]
+
+    @staticmethod
+    def _jsonable(value: Any) -> Any:
+        """`value` as plain JSON (tuples become lists), or None if it has no JSON form."""
+        try:
+            return _json_decode(_json_encode(value))
+        except (TypeError, ValueError, OverflowError, msgspec.MsgspecError):
+            return None
+
+    def _encode_metadata(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        plain = self._jsonable(metadata)
+        if isinstance(plain, dict) and "__typed__" not in plain:
+            try:
+                from journal import validate
+
+                validate.check_json_value(plain, "metadata")
+                return plain
+            except InvalidInputError:
+                pass
+        return {"__typed__": self._dump(metadata)}
+
+    def _decode_metadata(self, value: Any) -> dict[str, Any]:
+        if isinstance(value, dict) and "__typed__" in value:
+            out = self._load(value["__typed__"], "checkpoint metadata")
+            return dict(out) if isinstance(out, dict) else {}
+        return dict(value) if isinstance(value, dict) else {}
+
+    # ------------------------------------------------------------- index upkeep
+    def _apply(self, idx: _Index, ev: JournalEvent, *, forward: bool) -> None:
+        msg = ev.event.msg
+        kind = msg.get("type")
+        if kind == EV_CHECKPOINT:
+            try:
+                ctx = msg.get("ctx") or [None, 0, 0]
+                put = _Put(
+                    event_seq=ev.sequence,
+                    seq=int(msg["seq"]),
+                    id=str(msg["id"]),
+                    parent=msg.get("parent"),
+                    msg=msg,
+                    metadata=self._decode_metadata(msg.get("metadata")),
+                    ctx_channel=ctx[0],
+                    ctx_len=int(ctx[1]),
+                    epoch=int(ctx[2]),
+                )
+            except (KeyError, TypeError, ValueError, IndexError) as exc:
+                raise CorruptionError(
+                    f"session {idx.sid!r}: malformed checkpoint event {ev.sequence}"
+                ) from exc
+            old = idx.puts.get(put.id)
+            if old is None or old.seq < put.seq:
+                idx.puts[put.id] = put
+            if forward:
+                idx.head = None  # a newer checkpoint: the cached head is stale
+        elif kind == EV_WRITES:
+            cid = msg.get("id")
+            task_id = msg.get("task")
+            writes = msg.get("w")
+            if (
+                not isinstance(cid, str)
+                or not isinstance(task_id, str)
+                or not isinstance(writes, list)
+            ):
+                raise CorruptionError(f"session {idx.sid!r}: malformed writes event {ev.sequence}")
+            path = msg.get("path") if isinstance(msg.get("path"), str) else ""
+            for pos, w in enumerate(writes):
+                if not isinstance(w, list) or len(w) != 3:
+                    raise CorruptionError(
+                        f"session {idx.sid!r}: malformed write in event {ev.sequence}"
+                    )
+                key = (task_id, int(w[0]))
+                idx.add_write(
+                    cid, key, _Write(ev.sequence, pos, task_id, str(w[1]), w[2], str(path))
+                )
+        elif kind == EV_DELETE:
+            ids = msg.get("ids")
+            if isinstance(ids, list):
+                idx.deleted.update(str(i) for i in ids)
+
+    def _index(self, sid: str, thread_id: str, ns: str) -> _Index | None:
+        """The session's index, caught up with the store (None: no such session).
+
+        Call with the session lock held.
+        """
+        with self._lock:
+            idx = self._indexes.get(sid)
+            if idx is not None:
+                self._indexes.move_to_end(sid)
+        try:
+            newest = self.store.event_page(sid, EventPageRequest(limit=1))
+        except NotFoundError:
+            self._forget(sid)
+            return None
+        latest = newest.latest_sequence
+        if idx is not None:
+            current = newest.events[0] if newest.events else None
+            if latest == idx.high and (
+                idx.high == 0 or (current is not None and _mark(current) == idx.high_mark)
+            ):
+                return idx
+            if latest > idx.high and self._catch_up(idx):
+                return idx
+        idx = _Index(sid, thread_id, ns, low=latest + 1, high=latest)
+        if newest.events:
+            idx.high_mark = _mark(newest.events[0])
+        with self._lock:
+            self._indexes[sid] = idx
+            while len(self._indexes) > _MAX_INDEXES:
+                self._indexes.popitem(last=False)
+        return idx
+
+    def _catch_up(self, idx: _Index) -> bool:
+        """Apply the events after `high`; False if the log is not the one indexed."""
+        after = idx.high - 1 if idx.high > 0 else 0
+        first = True
+        while True:
+            events = self.store.events_after(idx.sid, after, _PAGE)
+            if first and idx.high > 0:
+                if not events or _mark(events[0]) != idx.high_mark:
+                    return False
+                events = events[1:]
+                after = idx.high
+            first = False
+            if not events:
+                return True
+            for ev in events:
+                self._apply(idx, ev, forward=True)
+                idx.high = ev.sequence
+                idx.high_mark = _mark(ev)
+                after = ev.sequence
+
+    def _page_down(self, idx: _Index) -> bool:
+        """Index one more page of older events; False when already complete."""
+        if idx.complete:
+            return False
+        page = self.store.event_page(
+            idx.sid, EventPageRequest(before_sequence=idx.low, limit=_PAGE)
+        )
+        for ev in page.events:  # newest first
+            if ev.sequence < idx.low:
+                self._apply(idx, ev, forward=False)
+        if page.next_before_sequence is None or not page.events:
+            idx.low = 1
+        else:
+            idx.low = min(ev.sequence for ev in page.events)
+        return True
+
+    def _find(self, idx: _Index, checkpoint_id: str) -> _Put | None:
+        while True:
+            put = idx.puts.get(checkpoint_id)
+            if put is not None:
+                return None if put.id in idx.deleted else put
+            if not self._page_down(idx):
+                return None
+
+    def _latest(self, idx: _Index) -> _Put | None:
+        while True:
+            visible = [p for p in idx.puts.values() if p.id not in idx.deleted]
+            if visible:
+                best = max(visible, key=lambda p: p.seq)
+                # A put below the covered range cannot be newer than a covered one.
+                return best
+            if not self._page_down(idx):
+                return None
+
+    def _iter_puts(self, idx: _Index, before_seq: int | None) -> Iterator[_Put]:
+        """Visible checkpoints newest first, paging older events in as needed."""
+        done: set[str] = set()
+        while True:
+            for put in idx.ordered():
+                if put.id in done or (before_seq is not None and put.seq >= before_seq):
+                    continue
+                done.add(put.id)
+                yield put
+            if not self._page_down(idx):
+                return
+
+    def _forget(self, sid: str) -> None:
+        with self._lock:
+            self._indexes.pop(sid, None)
+
+    def _forget_thread(self, thread_id: str) -> None:
+        with self._lock:
+            for sid in [s for s, i in self._indexes.items() if i.thread_id == thread_id]:
+                del self._indexes[sid]
+
+    # ------------------------------------------------------------- sessions
+    def _check_ours(self, cp: Checkpoint, sid: str) -> None:
+        if not isinstance(cp.metadata.get("langgraph"), dict):
+            raise InvalidInputError(
+                f"journal session {sid!r} exists and was not written by the LangGraph saver"
+            )
+
+    def _placeholder(self, sid: str, thread_id: str, ns: str) -> Checkpoint:
+        cp = Checkpoint(
+            version=CHECKPOINT_VERSION,
+            session_id=sid,
+            session_context=SessionContext(owner_id=self.owner_id, origin_label=ORIGIN_LABEL),
+        )
+        cp.metadata = {"langgraph": {"thread_id": thread_id, "checkpoint_ns": ns}}
+        return cp
+
+    def _ensure_session(self, sid: str, thread_id: str, ns: str) -> None:
+        """Create the session (and its thread's root) with an empty sequence-0 checkpoint."""
+        if self.store.session_summary(sid) is not None:
+            return
+        root = self.session_id(thread_id)
+        if ns:
+            with self._slock(root):
+                self._ensure_session(root, thread_id, "")
+        placeholder = self._placeholder(sid, thread_id, ns)
+        try:
+            if not ns:
+                self.store.save(placeholder)
+            else:
+                summary = self.store.session_summary(root)
+                if summary is None:
+                    raise NotFoundError(f"thread root session {root!r} vanished")
+                self.store.fork(root, summary.sequence, placeholder)
+        except ContractViolationError:
+            if self.store.session_summary(sid) is None:  # not a lost race: a real error
+                raise
+
+    def _head(self, idx: _Index) -> tuple[int, int, list[Any]]:
+        if idx.head is None:
+            cp = self.store.load(idx.sid)
+            if cp is None:
+                raise NotFoundError(f"session {idx.sid!r} does not exist")
+            self._check_ours(cp, idx.sid)
+            idx.head = (cp.sequence, cp.context_epoch, cp.context)
+        return idx.head
+
+    # ------------------------------------------------------------- put
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: LGCheckpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint: one journal commit (context tail + one event)."""
+        thread_id, ns = self._target(config)
+        sid = self.session_id(thread_id, ns)
+        parent = (config.get("configurable") or {}).get("checkpoint_id")
+        values: dict[str, Any] = dict(checkpoint.get("channel_values") or {})
+        cc = self.context_channel
+        ctx_channel: str | None = None
+        items: list[Any] = []
+        if cc is not None and isinstance(values.get(cc), list):
+            ctx_channel = cc
+            items = [self._dump(v) for v in values.pop(cc)]
+        header = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        md = get_serializable_checkpoint_metadata(config, metadata)
+        msg: dict[str, Any] = {
+            "type": EV_CHECKPOINT,
+            "n": secrets.token_hex(4),
+            "seq": 0,
+            "id": checkpoint["id"],
+            "parent": parent,
+            "ts": checkpoint.get("ts"),
+            "metadata": self._encode_metadata(dict(md)),
+            "header": self._dump(header),
+            "channels": {k: self._dump(v) for k, v in values.items()},
+            "ctx": [ctx_channel, len(items), 0],
+        }
+        with self._slock(sid):
+            for attempt in range(3):
+                idx = self._index(sid, thread_id, ns)
+                if idx is None:
+                    self._ensure_session(sid, thread_id, ns)
+                    idx = self._index(sid, thread_id, ns)
+                    if idx is None:
+                        continue
+                head_seq, head_epoch, head_items = self._head(idx)
+                n = len(head_items)
+                epoch = head_epoch
+                if n > len(items) or head_items != items[:n]:
+                    epoch += 1
+                msg["seq"] = head_seq + 1
+                msg["ctx"][2] = epoch
+                cp = Checkpoint(
+                    version=CHECKPOINT_VERSION,
+                    session_id=sid,
+                    session_context=SessionContext(
+                        owner_id=self.owner_id, origin_label=ORIGIN_LABEL
+                    ),
+                    sequence=head_seq + 1,
+                    context=items,
+                    context_epoch=epoch,
+                    metadata={
+                        "langgraph": {
+                            "thread_id": thread_id,
+                            "checkpoint_ns": ns,
+                            "checkpoint_id": checkpoint["id"],
+                            "context_channel": ctx_channel,
+                        }
+                    },
+                )
+                event = TimestampedEvent(
+                    recorded_at_ms=int(time.time() * 1000), event=Event(msg=msg)
+                )
+                try:
+                    written = self.store.save_with_events(cp, events=[event])
+                except ContractViolationError:
+                    # Another writer moved the head: re-read it and try again.
+                    idx.head = None
+                    self._forget(sid)
+                    if attempt == 2:
+                        raise
+                    continue
+                ev = written[0]
+                if ev.sequence == idx.high + 1:
+                    self._apply(idx, ev, forward=True)
+                    idx.high = ev.sequence
+                    idx.high_mark = _mark(ev)
+                else:
+                    self._forget(sid)
+                idx.head = (cp.sequence, epoch, items)
+                break
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+
+    # ------------------------------------------------------------- put_writes
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes: one journal commit, durable on return, never duplicated."""
+        thread_id, ns = self._target(config)
+        checkpoint_id = (config.get("configurable") or {}).get("checkpoint_id")
+        if not isinstance(checkpoint_id, str):
+            raise InvalidInputError("put_writes needs the config of a stored checkpoint")
+        sid = self.session_id(thread_id, ns)
+        with self._slock(sid):
+            idx = self._index(sid, thread_id, ns)
+            if idx is None:
+                self._ensure_session(sid, thread_id, ns)
+                idx = self._index(sid, thread_id, ns)
+                if idx is None:
+                    raise NotFoundError(f"session {sid!r} vanished")
+            if self._find(idx, checkpoint_id) is None:
+                while self._page_down(idx):  # writes for an unknown id: check them all
+                    pass
+            existing = idx.writes.get(checkpoint_id, {})
+            entries: list[list[Any]] = []
+            for i, (channel, value) in enumerate(writes):
+                wid = WRITES_IDX_MAP.get(channel, i)
+                if wid >= 0 and (task_id, wid) in existing:
+                    continue
+                entries.append([wid, channel, self._dump(value)])
+            if not entries:
+                return
+            msg: dict[str, Any] = {
+                "type": EV_WRITES,
+                "n": secrets.token_hex(4),
+                "id": checkpoint_id,
+                "task": task_id,
+                "path": task_path,
+                "w": entries,
+            }
+            ev = self.store.append_event(sid, int(time.time() * 1000), Event(msg=msg))
+            if ev.sequence == idx.high + 1:
+                self._apply(idx, ev, forward=True)
+                idx.high = ev.sequence
+                idx.high_mark = _mark(ev)
+
+    # ------------------------------------------------------------- reads
+    def _tuple(
+        self,
+        idx: _Index,
+        put: _Put,
+        context: dict[int, tuple[int, list[Any]]] | None = None,
+    ) -> CheckpointTuple:
+        where = f"session {idx.sid!r} checkpoint {put.id}"
+        msg = put.msg
+        header = self._load(msg.get("header"), where)
+        if not isinstance(header, dict):
+            raise CorruptionError(f"{where}: header is not a mapping")
+        channels = msg.get("channels") or {}
+        values: dict[str, Any] = {
+            k: self._load(v, f"{where} channel {k}") for k, v in channels.items()
+        }
+        if put.ctx_channel is not None:
+            items = self._context_items(idx, put, context)
+            values[put.ctx_channel] = self._load_list(items, f"{where} context")
+        lg_cp: LGCheckpoint = {**header, "channel_values": values}  # type: ignore[typeddict-item]
+        conf: RunnableConfig = {
+            "configurable": {
+                "thread_id": idx.thread_id,
+                "checkpoint_ns": idx.ns,
+                "checkpoint_id": put.id,
+            }
+        }
+        parent_conf: RunnableConfig | None = None
+        if put.parent:
+            parent_conf = {
+                "configurable": {
+                    "thread_id": idx.thread_id,
+                    "checkpoint_ns": idx.ns,
+                    "checkpoint_id": put.parent,
+                }
+            }
+        writes = idx.writes.get(put.id, {})
+        ordered = sorted(writes.items(), key=lambda kv: writes_sort_key(kv[1].path, *kv[0]))
+        pending: list[PendingWrite] = [
+            (w.task_id, w.channel, self._load(w.value, f"{where} write")) for _, w in ordered
+        ]
+        md: CheckpointMetadata = dict(put.metadata)  # type: ignore[assignment]
+        return CheckpointTuple(conf, lg_cp, md, parent_conf, pending)
+
+    def _context_items(
+        self, idx: _Index, put: _Put, cache: dict[int, tuple[int, list[Any]]] | None
+    ) -> list[Any]:
+        """The stored context of a put; `cache` maps epoch -> (seq, items) of a later put."""
+        if put.ctx_len == 0:
+            return []
+        if cache is not None:
+            hit = cache.get(put.epoch)
+            if hit is not None and hit[0] >= put.seq and len(hit[1]) >= put.ctx_len:
+                return hit[1][: put.ctx_len]
+        head = self._head(idx)
+        if head[0] == put.seq:
+            items = head[2]
+        else:
+            cp = self.store.checkpoint_at(idx.sid, put.seq)
+            if cp is None:
+                raise CorruptionError(
+                    f"session {idx.sid!r}: checkpoint sequence {put.seq} of {put.id} is missing"
+                )
+            lg = cp.metadata.get("langgraph")
+            if not isinstance(lg, dict) or lg.get("checkpoint_id") != put.id:
+                raise CorruptionError(
+                    f"session {idx.sid!r}: checkpoint sequence {put.seq} is not {put.id}"
+                )
+            items = cp.context
+        if len(items) != put.ctx_len:
+            raise CorruptionError(
+                f"session {idx.sid!r}: checkpoint {put.id} has {len(items)} context items,"
+                f" expected {put.ctx_len}"
+            )
+        if cache is not None:
+            cache[put.epoch] = (put.seq, items)
+        return items
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint named by `checkpoint_id`, else the thread's newest one."""
+        thread_id, ns = self._target(config)
+        sid = self.session_id(thread_id, ns)
+        checkpoint_id = get_checkpoint_id(config)
+        with self._slock(sid):
+            idx = self._index(sid, thread_id, ns)
+            if idx is None:
+                return None
+            put = self._find(idx, checkpoint_id) if checkpoint_id else self._latest(idx)
+            if put is None:
+                return None
+            return self._tuple(idx, put)
+
+    def _thread_sessions(self, thread_id: str | None) -> list[tuple[str, str, str]]:
+        """(sid, thread_id, ns) of every LangGraph session (of one thread, if given)."""
+        out: list[tuple[str, str, str]] = []
+        root = self.session_id(thread_id) if thread_id is not None else None
+        cursor = None
+        while True:
+            page = self.store.list_sessions_page(SessionPageRequest(cursor=cursor, limit=500))
+            for s in page.sessions:
+                if s.session_context.origin_label != ORIGIN_LABEL:
+                    continue
+                parsed = self._parse_sid(s.session_id)
+                if parsed is None:
+                    continue
+                if root is not None and s.session_id != root and s.parent_session_id != root:
+                    continue
+                out.append((s.session_id, parsed[0], parsed[1]))
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        out.sort(key=lambda t: (t[1], t[2]))
+        return out
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first; `before` a checkpoint, at most `limit`, metadata `filter`."""
+        targets: list[tuple[str, str, str]]
+        checkpoint_id: str | None = None
+        if config is not None:
+            thread_id, _ = self._target(config)
+            conf = config.get("configurable") or {}
+            checkpoint_id = get_checkpoint_id(config)
+            ns = conf.get("checkpoint_ns")
+            if ns is None:
+                targets = self._thread_sessions(thread_id)
+            else:
+                targets = [(self.session_id(thread_id, ns), thread_id, ns)]
+        else:
+            targets = self._thread_sessions(None)
+        before_id = get_checkpoint_id(before) if before else None
+        remaining = limit
+        for sid, thread_id, ns in targets:
+            if remaining is not None and remaining <= 0:
+                return
+            with self._slock(sid):
+                idx = self._index(sid, thread_id, ns)
+                if idx is None:
+                    continue
+                before_seq: int | None = None
+                if before_id is not None:
+                    anchor = self._find(idx, before_id)
+                    before_seq = anchor.seq if anchor is not None else None
+                found: list[CheckpointTuple] = []
+                cache: dict[int, tuple[int, list[Any]]] = {}
+                for put in self._iter_puts(idx, before_seq):
+                    if checkpoint_id is not None and put.id != checkpoint_id:
+                        continue
+                    if before_id is not None and before_seq is None and put.id >= before_id:
+                        continue
+                    if filter and not all(put.metadata.get(k) == v for k, v in filter.items()):
+                        continue
+                    found.append(self._tuple(idx, put, cache))
+                    if remaining is not None:
+                        remaining -= 1
+                        if remaining <= 0:
+                            break
+            yield from found
+
+    # ------------------------------------------------------------- deletes
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete a thread (every namespace, checkpoint and write): one atomic journal delete."""
+        thread_id = str(thread_id)
+        root = self.session_id(thread_id)
+        with self._slock(root):
+            try:
+                if self.store.session_summary(root) is not None:
+                    self.store.delete_sessions([root])
+            finally:
+                self._forget_thread(thread_id)
+
+    def _hide(self, sid: str, ids: Sequence[str], reason: str) -> None:
+        if not ids:
+            return
+        msg: dict[str, Any] = {
+            "type": EV_DELETE,
+            "n": secrets.token_hex(4),
+            "ids": [*ids],
+            "reason": reason,
+        }
+        self.store.append_event(sid, int(time.time() * 1000), Event(msg=msg))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """`keep_latest`: hide all but each namespace's newest checkpoint; `delete`: delete."""
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidInputError(f"unknown prune strategy {strategy!r}")
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                self.delete_thread(thread_id)
+                continue
+            for sid, tid, ns in self._thread_sessions(str(thread_id)):
+                with self._slock(sid):
+                    idx = self._index(sid, tid, ns)
+                    if idx is None:
+                        continue
+                    while self._page_down(idx):
+                        pass
+                    visible = idx.ordered()
+                    self._hide(sid, [p.id for p in visible[1:]], "prune")
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Hide every checkpoint whose metadata `run_id` is one of `run_ids` (and its writes)."""
+        wanted = {str(r) for r in run_ids}
+        if not wanted:
+            return
+        for sid, tid, ns in self._thread_sessions(None):
+            with self._slock(sid):
+                idx = self._index(sid, tid, ns)
+                if idx is None:
+                    continue
+                while self._page_down(idx):
+                    pass
+                ids = [p.id for p in idx.ordered() if p.metadata.get("run_id") in wanted]
+                self._hide(sid, ids, "delete_for_runs")
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every namespace, checkpoint and write of a thread to a new thread.
+
+        Replays the source's commits in order (same checkpoint ids, metadata and
+        writes). Not atomic: after a crash the target may hold part of the copy
+        (`delete_thread(target)` removes it). The target must not exist yet.
+        """
+        src = str(source_thread_id)
+        dst = str(target_thread_id)
+        if self.store.session_summary(self.session_id(dst)) is not None:
+            raise ContractViolationError(f"copy_thread: target thread {dst!r} already exists")
+        sessions = self._thread_sessions(src)
+        sessions.sort(key=lambda t: (t[2] != "", t[2]))  # the root first
+        for sid, _tid, ns in sessions:
+            target = self.session_id(dst, ns)
+            self._ensure_session(target, dst, ns)
+            self._forget(target)
+            after = 0
+            seq = self.store.load(target)
+            next_seq = (seq.sequence if seq is not None else 0) + 1
+            while True:
+                events = self.store.events_after(sid, after, _PAGE)
+                if not events:
+                    break
+                for ev in events:
+                    after = ev.sequence
+                    msg = dict(ev.event.msg)
+                    kind = msg.get("type")
+                    if kind not in (EV_CHECKPOINT, EV_WRITES, EV_DELETE):
+                        continue
+                    msg["n"] = secrets.token_hex(4)
+                    if kind != EV_CHECKPOINT:
+                        self.store.append_event(target, ev.recorded_at_ms, Event(msg=msg))
+                        continue
+                    cp = self.store.checkpoint_at(sid, int(msg["seq"]))
+                    if cp is None:
+                        raise CorruptionError(
+                            f"session {sid!r}: checkpoint sequence {msg['seq']} is missing"
+                        )
+                    cp.session_id = target
+                    cp.sequence = next_seq
+                    lg = dict(cp.metadata.get("langgraph") or {})
+                    lg["thread_id"] = dst
+                    cp.metadata = {**cp.metadata, "langgraph": lg}
+                    msg["seq"] = next_seq
+                    stamped = TimestampedEvent(
+                        recorded_at_ms=ev.recorded_at_ms, event=Event(msg=msg)
+                    )
+                    self.store.save_with_events(cp, events=[stamped])
+                    next_seq += 1
+
+    # ------------------------------------------------------------- versions
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int):
+            current_v = current
+        else:
+            current_v = int(current.split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
+
+    # ------------------------------------------------------------- async
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        def run() -> list[CheckpointTuple]:
+            return list(self.list(config, filter=filter, before=before, limit=limit))
+
+        for item in await asyncio.to_thread(run):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: LGCheckpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, list(run_ids))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(self.prune, list(thread_ids), strategy=strategy)
+
+
+# Errors of this module are journal's own.
+_ = JournalError
