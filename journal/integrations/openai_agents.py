@@ -54,6 +54,7 @@ from journal.errors import (
 )
 from journal.store import Store
 from journal.types import Checkpoint, Event, EventPageRequest, TimestampedEvent
+from journal.validate import validate_session_id
 
 try:
     from agents.memory.session_settings import SessionSettings, resolve_session_limit
@@ -150,8 +151,7 @@ class JournalSession:
         owner_id: str = "local",
         **store_options: Any,
     ):
-        if not isinstance(session_id, str):
-            raise InvalidInputError("session id must be a string")
+        validate_session_id(session_id)  # any non-blank string of at most 4 KiB
         self.session_id = session_id
         self.session_settings = (
             session_settings if session_settings is not None else SessionSettings()
@@ -404,8 +404,7 @@ class JournalSession:
         return page
 
     def _branch(self, new_id: str, at: str | None, before: str | None) -> JournalSession:
-        if not isinstance(new_id, str):
-            raise InvalidInputError("session id must be a string")
+        validate_session_id(new_id)
         cp = self.store.load(self.session_id)
         if cp is None:
             raise NotFoundError(f"session {self.session_id!r} does not exist")
