@@ -16,10 +16,10 @@ import pytest
 
 pytest.importorskip("langgraph.checkpoint.conformance")
 
-from langgraph.checkpoint.conformance import checkpointer_test, validate  # noqa: E402
-from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES  # noqa: E402
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 
-from journal.integrations.langgraph import JournalSaver  # noqa: E402
+from journal.integrations.langgraph import JournalSaver
 
 
 @pytest.mark.parametrize("durability", ["fsync", "os"])

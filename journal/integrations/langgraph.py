@@ -132,6 +132,17 @@ _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode
 
 
+def _first_user_message(messages: list[Any]) -> str | None:
+    """The text of the first human message (shown by `journal ls`), if any."""
+    for m in messages[:8]:
+        if getattr(m, "type", None) == "human":
+            content = getattr(m, "content", None)
+            if isinstance(content, str) and content.strip():
+                return content[:200]
+            return None
+    return None
+
+
 # ------------------------------------------------------------------------ index
 @dataclass
 class _Put:
@@ -557,9 +568,12 @@ class JournalSaver(BaseCheckpointSaver[str]):
         cc = self.context_channel
         ctx_channel: str | None = None
         items: list[Any] = []
+        first_user: str | None = None
         if cc is not None and isinstance(values.get(cc), list):
             ctx_channel = cc
-            items = [self._dump(v) for v in values.pop(cc)]
+            listed = values.pop(cc)
+            items = [self._dump(v) for v in listed]
+            first_user = _first_user_message(listed)
         header = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         md = get_serializable_checkpoint_metadata(config, metadata)
         msg: dict[str, Any] = {
@@ -598,6 +612,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                     sequence=head_seq + 1,
                     context=items,
                     context_epoch=epoch,
+                    first_user_message=first_user,
                     metadata={
                         "langgraph": {
                             "thread_id": thread_id,
