@@ -3,7 +3,7 @@
 `langgraph-checkpoint-conformance` detects which capabilities the saver
 implements (all eight: put, put_writes, get_tuple, list, delete_thread,
 delete_for_runs, copy_thread, prune) and runs its spec tests for each. Every
-detected capability must pass every test, in both durability modes.
+detected capability must pass every test.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 from journal.integrations.langgraph import JournalSaver
 
 
-@pytest.mark.parametrize("durability", ["fsync", "os"])
-def test_conformance_suite(tmp_path: Path, durability: str) -> None:
+def test_conformance_suite(tmp_path: Path) -> None:
+    durability = "fsync"
     counter = iter(range(1_000))
 
     @checkpointer_test(name=f"JournalSaver[{durability}]")
     async def journal_saver() -> AsyncGenerator[JournalSaver, None]:
-        saver = JournalSaver(tmp_path / f"store-{next(counter)}", durability=durability)  # type: ignore[arg-type]
+        saver = JournalSaver(tmp_path / f"store-{next(counter)}")
         try:
             yield saver
         finally:
