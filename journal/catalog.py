@@ -54,6 +54,12 @@ in "os" mode (the catalog's unsynced bytes survived, the log's did not), a log
 cut by `journal repair`. Only a record derived from the log as it is can undo
 that; it is written under the session's writer lock, so no commit is missed.
 """
+OP_EXECUTION = 4
+"""A copy of one execution record (`record`), appended right after the upsert of the
+commit that added it, so that `recent_executions` reads its answer from the catalog
+log alone instead of opening up to `limit` sessions. Derived data like the rest:
+an entry whose copy is unknown (rebuilt or reconciled entries) or fails its checks
+is read from the session's own log instead."""
 
 
 class CatalogRecord(msgspec.Struct, array_like=True):
@@ -63,6 +69,8 @@ class CatalogRecord(msgspec.Struct, array_like=True):
     summary: SessionSummary | None = None
     execution: tuple[int, int] | None = None  # (checkpoint sequence, started_at_ms)
     executions: list[tuple[int, int]] = msgspec.field(default_factory=list)  # full list on rebuild
+    record: bytes = b""  # OP_EXECUTION: the ExecutionRecord payload (msgpack)
+    where: list[tuple[int, int, int]] = msgspec.field(default_factory=list)  # snapshot only
 
 
 _decode = msgspec.msgpack.Decoder(CatalogRecord).decode
@@ -84,6 +92,7 @@ SNAPSHOT_MIN_GROWTH = 256 << 10
 
 SortKey = tuple[int, int, str]  # (updated_at, sequence, session_id), ascending
 ExecKey = tuple[int, str, int]  # (started_at_ms, session_id, sequence), ascending
+Span = tuple[int, int]  # (position, framed size) of a record in the catalog log
 
 
 def sort_key(s: SessionSummary) -> SortKey:
@@ -116,6 +125,7 @@ class Catalog:
         self.execs: dict[str, list[tuple[int, int]]] = {}
         self.exec_seqs: dict[str, set[int]] = {}
         self.exec_keys: list[ExecKey] = []
+        self.exec_copies: dict[tuple[str, int], Span] = {}  # (sid, seq) -> OP_EXECUTION record
         self.anchor = (0, 0)
         self._snapshot_covered = 0
         self._snapshot_size = 0
@@ -148,6 +158,8 @@ class Catalog:
             self.positions[sid] = entry.covered
             self.execs[sid] = list(entry.executions)
             self.exec_seqs[sid] = {seq for seq, _ in entry.executions}
+            for seq, pos, size in entry.where:
+                self.exec_copies[(sid, seq)] = (pos, size)
         self.keys = sorted(sort_key(x) for x in self.summaries.values())
         for key in self.keys:
             owner = self.summaries[key[2]].session_context.owner_id
@@ -166,7 +178,16 @@ class Catalog:
 
         entries = [
             CatalogRecord(
-                OP_UPSERT, sid, self.positions[sid], summary, executions=self.execs.get(sid, [])
+                OP_UPSERT,
+                sid,
+                self.positions[sid],
+                summary,
+                executions=self.execs.get(sid, []),
+                where=[
+                    (seq, *self.exec_copies[(sid, seq)])
+                    for seq, _ in self.execs.get(sid, [])
+                    if (sid, seq) in self.exec_copies
+                ],
             )
             for sid, summary in self.summaries.items()
         ]
@@ -183,13 +204,20 @@ class Catalog:
                 return state
             for commit in self.log.committed(self.covered, state, strict=strict):
                 for rec in commit:
-                    self._apply(_decode_record(rec.payload, rec.pos))
+                    self._apply(_decode_record(rec.payload, rec.pos), (rec.pos, rec.size))
                 self.covered = commit[-1].pos + commit[-1].size
                 self.anchor = (commit[-1].pos, commit[-1].crc)
             return state
 
-    def _apply(self, r: CatalogRecord) -> None:
+    def _apply(self, r: CatalogRecord, span: Span | None = None) -> None:
         sid = r.session_id
+        if r.op == OP_EXECUTION:
+            # The copy is only trusted for an execution the catalog lists (the upsert
+            # before it added the key); a stray copy of a deleted session is dropped.
+            listed = r.execution is not None and r.execution[0] in self.exec_seqs.get(sid, ())
+            if listed and span is not None and r.execution is not None:
+                self.exec_copies[(sid, r.execution[0])] = span
+            return
         if r.op == OP_DELETE:
             self._remove(sid)
             return
@@ -234,6 +262,7 @@ class Catalog:
         self.exec_seqs.pop(sid, None)
         for seq, started in self.execs.pop(sid, []):
             _remove_sorted(self.exec_keys, (started, sid, seq))
+            self.exec_copies.pop((sid, seq), None)
 
     def page(
         self, owner_id: str | None, cursor: SortKey | None, limit: int
@@ -247,9 +276,29 @@ class Catalog:
             nxt = chosen[-1] if lo > 0 and chosen else None
             return out, nxt
 
-    def recent_execution_keys(self, limit: int) -> list[ExecKey]:
+    def recent_execution_keys(self, limit: int) -> list[tuple[ExecKey, Span | None]]:
+        """The `limit` newest execution keys, each with where its copy is (if known)."""
         with self._lock:
-            return self.exec_keys[-limit:][::-1]
+            keys = self.exec_keys[-limit:][::-1]
+            return [(k, self.exec_copies.get((k[1], k[2]))) for k in keys]
+
+    def execution_copies(self, wanted: list[tuple[ExecKey, Span]]) -> list[bytes | None]:
+        """The ExecutionRecord payloads stored at these spans; None where a copy fails
+        its checks (damaged, or not the record of that key): read the session then."""
+        if self.log is None or not wanted:
+            return [None] * len(wanted)
+        try:
+            records = self.log.read_records([span for _, span in wanted])
+        except JournalError:
+            return [self._execution_copy(key, span) for key, span in wanted]
+        return [_copy_of(key, rec.payload) for (key, _), rec in zip(wanted, records, strict=True)]
+
+    def _execution_copy(self, key: ExecKey, span: Span) -> bytes | None:
+        assert self.log is not None
+        try:
+            return _copy_of(key, self.log.read_record(*span).payload)
+        except JournalError:
+            return None
 
     def children_of(self) -> dict[str, list[str]]:
         with self._lock:
@@ -465,6 +514,16 @@ def _decode_record(payload: bytes, pos: int) -> CatalogRecord:
         raise CorruptionError(
             f"catalog record does not decode: {exc}", path="catalog", offset=pos
         ) from exc
+
+
+def _copy_of(key: ExecKey, payload: bytes) -> bytes | None:
+    try:
+        r = _decode(payload)
+    except msgspec.DecodeError:
+        return None
+    if r.op != OP_EXECUTION or r.session_id != key[1] or r.execution != (key[2], key[0]):
+        return None
+    return r.record
 
 
 def _remove_sorted(keys: list[Any], key: Any) -> None:

@@ -26,6 +26,7 @@ import msgspec
 from . import validate
 from .catalog import (
     OP_DELETE,
+    OP_EXECUTION,
     OP_RESET,
     OP_UPSERT,
     Catalog,
@@ -120,6 +121,18 @@ def _guard(fn: F) -> F:
                     args[0]._unpin(pinned)
 
     return cast(F, wrapper)
+
+
+_encode_execution = msgspec.msgpack.Encoder().encode
+_execution_decoder = msgspec.msgpack.Decoder(ExecutionRecord)
+
+
+def _decode_execution(body: bytes) -> ExecutionRecord | None:
+    """A catalog copy of an execution record (None if it does not decode: use the log)."""
+    try:
+        return _execution_decoder.decode(body)
+    except msgspec.DecodeError:
+        return None
 
 
 def _coerce(value: Any, typ: type[Any], what: str) -> Any:
@@ -385,8 +398,7 @@ class Store:
         else:
             journal = sess.save(cp, items, rec, evs, now=now)
         assert sess is not None
-        exec_key = (cp.sequence, rec.started_at_ms) if rec is not None else None
-        self._catalog_upsert(sess, exec_key)
+        self._catalog_upsert(sess, cp.sequence, rec)
         return journal
 
     def _first_save(
@@ -708,11 +720,23 @@ class Store:
             )
             return summary, head.covered
 
-    def _catalog_upsert(self, sess: Session, execution: tuple[int, int] | None) -> None:
+    def _catalog_upsert(self, sess: Session, sequence: int, rec: ExecutionRecord | None) -> None:
+        """Publish a commit's summary (and a copy of its execution record) to the catalog."""
         summary, covered = self._summary_of(sess)
         if summary is None:
             return
-        self.catalog.append([CatalogRecord(OP_UPSERT, sess.id, covered, summary, execution)])
+        if rec is None:
+            self.catalog.append([CatalogRecord(OP_UPSERT, sess.id, covered, summary)])
+            return
+        key = (sequence, rec.started_at_ms)
+        self.catalog.append(
+            [
+                CatalogRecord(OP_UPSERT, sess.id, covered, summary, key),
+                CatalogRecord(
+                    OP_EXECUTION, sess.id, covered, None, key, record=_encode_execution(rec)
+                ),
+            ]
+        )
 
     @_guard
     def list_sessions_page(self, request: SessionPageRequest) -> SessionPage:
@@ -788,22 +812,34 @@ class Store:
 
             return read
 
-        # Keys of sessions deleted since the catalog was read are skipped: fetch more.
-        # (Another thread refreshing the catalog meanwhile can shift the list: `seen`.)
+        # Most records are read from their copies in the catalog log (one file, a few
+        # reads); the rest from their sessions. Keys of sessions deleted since the
+        # catalog was read are skipped: fetch more. (Another thread refreshing the
+        # catalog meanwhile can shift the list: `seen`.)
         seen: set[tuple[int, str, int]] = set()
         want = limit
         while True:
-            keys = self.catalog.recent_execution_keys(want)
-            for key in keys:
-                if key in seen:
-                    continue
-                seen.add(key)
-                rec = self._read(key[1], record_at(key[2]), lambda: None)
+            listed = self.catalog.recent_execution_keys(want)
+            fresh = [(key, span) for key, span in listed if key not in seen]
+            seen.update(key for key, _ in fresh)
+            with_copy = [(key, span) for key, span in fresh if span is not None]
+            copies = dict(
+                zip(
+                    [key for key, _ in with_copy],
+                    self.catalog.execution_copies(with_copy),
+                    strict=True,
+                )
+            )
+            for key, _ in fresh:
+                body = copies.get(key)
+                rec = _decode_execution(body) if body is not None else None
+                if rec is None:
+                    rec = self._read(key[1], record_at(key[2]), lambda: None)
                 if rec is not None:
                     out.append(rec)
                     if len(out) == limit:
                         return out
-            if len(keys) < want:
+            if len(listed) < want:
                 return out
             want *= 2
 

@@ -39,9 +39,9 @@ def test_reopen_reads_only_the_catalog_tail(tmp_path: Path, monkeypatch) -> None
 
     original = catalog.Catalog._apply
 
-    def counting(self, r):  # type: ignore[no-untyped-def]
+    def counting(self, r, span=None):  # type: ignore[no-untyped-def]
         applied.append(r.session_id)
-        return original(self, r)
+        return original(self, r, span)
 
     monkeypatch.setattr(catalog.Catalog, "_apply", counting)
     assert _listing(root) == expected
