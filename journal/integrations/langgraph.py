@@ -132,6 +132,20 @@ _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode
 
 
+_NO_SNAPSHOT: Any = object()
+_IMMUTABLE = (str, int, float, bool, bytes, type(None))
+
+
+def _snapshot(value: Any) -> Any:
+    """A shallow copy of an object's attributes, to detect attributes set since."""
+    if isinstance(value, _IMMUTABLE):
+        return None
+    attrs = getattr(value, "__dict__", None)
+    if not isinstance(attrs, dict):
+        return _NO_SNAPSHOT  # a dict, list or slotted object: always serialise again
+    return attrs.copy()
+
+
 def _first_user_message(messages: list[Any]) -> str | None:
     """The text of the first human message (shown by `journal ls`), if any."""
     for m in messages[:8]:
@@ -183,6 +197,8 @@ class _Index:
     high: int = 0  # highest covered event sequence
     high_mark: str | None = None  # fingerprint of the event at `high`
     head: tuple[int, int, list[Any]] | None = None  # (seq, epoch, context) of the head
+    # The list items of the last put: (object, attribute snapshot, stored item).
+    ser_cache: list[tuple[Any, Any, Any]] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -320,6 +336,33 @@ class JournalSaver(BaseCheckpointSaver[str]):
             if isinstance(out, list) and len(out) == len(typed):
                 return out
         return [self.serde.loads_typed(t) for t in typed]
+
+    def _dump_items(
+        self, values: list[Any], cache: list[tuple[Any, Any, Any]]
+    ) -> tuple[list[Any], list[tuple[Any, Any, Any]]]:
+        """Serialise list items, reusing the stored form of unchanged items of the last put.
+
+        An item is reused only if it is the very same object as at the same position
+        in the last put of this session and its attributes compare equal to a
+        shallow snapshot taken then; anything else is serialised again. (Changes
+        made in place inside an attribute's value, e.g. to a message's
+        `additional_kwargs` dict, are not seen: LangGraph state is meant to be
+        updated through nodes' returned writes, which create new objects.)
+        """
+        items: list[Any] = []
+        fresh: list[tuple[Any, Any, Any]] = []
+        for i, v in enumerate(values):
+            snap = _snapshot(v)
+            if snap is not _NO_SNAPSHOT and i < len(cache):
+                obj, old_snap, item = cache[i]
+                if obj is v and old_snap == snap:
+                    items.append(item)
+                    fresh.append(cache[i])
+                    continue
+            item = self._dump(v)
+            items.append(item)
+            fresh.append((v, snap, item))
+        return items, fresh
 
     @staticmethod
     def _jsonable(value: Any) -> Any:
@@ -572,7 +615,6 @@ class JournalSaver(BaseCheckpointSaver[str]):
         if cc is not None and isinstance(values.get(cc), list):
             ctx_channel = cc
             listed = values.pop(cc)
-            items = [self._dump(v) for v in listed]
             first_user = _first_user_message(listed)
         header = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         md = get_serializable_checkpoint_metadata(config, metadata)
@@ -586,7 +628,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             "metadata": self._encode_metadata(dict(md)),
             "header": self._dump(header),
             "channels": {k: self._dump(v) for k, v in values.items()},
-            "ctx": [ctx_channel, len(items), 0],
+            "ctx": [ctx_channel, 0, 0],
         }
         with self._slock(sid):
             for attempt in range(3):
@@ -596,13 +638,15 @@ class JournalSaver(BaseCheckpointSaver[str]):
                     idx = self._index(sid, thread_id, ns)
                     if idx is None:
                         continue
+                if ctx_channel is not None:
+                    items, idx.ser_cache = self._dump_items(listed, idx.ser_cache)
                 head_seq, head_epoch, head_items = self._head(idx)
                 n = len(head_items)
                 epoch = head_epoch
                 if n > len(items) or head_items != items[:n]:
                     epoch += 1
                 msg["seq"] = head_seq + 1
-                msg["ctx"][2] = epoch
+                msg["ctx"] = [ctx_channel, len(items), epoch]
                 cp = Checkpoint(
                     version=CHECKPOINT_VERSION,
                     session_id=sid,
@@ -630,6 +674,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 except ContractViolationError:
                     # Another writer moved the head: re-read it and try again.
                     idx.head = None
+                    idx.ser_cache = []
                     self._forget(sid)
                     if attempt == 2:
                         raise

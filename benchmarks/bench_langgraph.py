@@ -1,0 +1,212 @@
+"""LangGraph: the same graph on `SqliteSaver` and on `JournalSaver`, side by side.
+
+    python benchmarks/bench_langgraph.py [--quick] [--steps N] [--json]
+
+The graph is a tool-using agent loop (scripted fake model -> ToolNode -> model
+-> ...) whose `messages` list grows by one message per step; one `invoke` runs
+N steps (each step a checkpoint plus the step's writes). Measured, for each
+saver and each durability pairing (journal "fsync" vs SQLite synchronous=FULL,
+journal "os" vs SQLite synchronous=NORMAL; both WAL):
+
+- per-step latency: wall time of the run / number of checkpoints;
+- `list` latency deep in the long thread: `list(before=<a checkpoint 90% of the
+  way back>, limit=10)`, median of several calls, warm (same saver) and cold
+  (a new saver object: the journal saver rebuilds its index from the log);
+- bytes on disk after N steps (every file of the store / the database + WAL).
+
+Ratios are SQLite / journal: > 1 means the journal saver is better. Needs
+`langgraph-checkpoint-sqlite`; without it the script says so and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Annotated, Any
+
+try:
+    from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.graph.message import add_messages
+    from langgraph.prebuilt import ToolNode
+    from typing_extensions import TypedDict
+except ImportError:  # pragma: no cover
+    print("bench_langgraph: LangGraph is not installed (pip install 'journal[langgraph]')")
+    sys.exit(0)
+
+try:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+except ImportError:  # pragma: no cover
+    SqliteSaver = None
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from journal.integrations.langgraph import JournalSaver
+
+FILLER = "The build failed because the linker could not find libssl; " * 4  # ~240 chars
+
+
+class State(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    steps: int
+
+
+@tool
+def lookup(query: str) -> str:
+    """Pretend to look something up."""
+    return f"result for {query}: {FILLER}"
+
+
+def build(limit: int) -> StateGraph[State]:
+    def model(state: State) -> dict[str, Any]:
+        n = state.get("steps", 0)
+        if n + 3 >= limit:
+            return {"messages": [AIMessage(content="done. " + FILLER)], "steps": n + 1}
+        call = {"name": "lookup", "args": {"query": f"q{n}"}, "id": f"c{n}", "type": "tool_call"}
+        return {"messages": [AIMessage(content=FILLER, tool_calls=[call])], "steps": n + 1}
+
+    def route(state: State) -> str:
+        last = state["messages"][-1]
+        return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
+
+    def tools_done(state: State) -> dict[str, Any]:
+        return {"steps": state.get("steps", 0) + 2}  # the tools step and this one
+
+    g = StateGraph(State)
+    g.add_node("model", model)
+    g.add_node("tools", ToolNode([lookup]))
+    g.add_node("count", tools_done)
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", route, ["tools", END])
+    g.add_edge("tools", "count")
+    g.add_edge("count", "model")
+    return g
+
+
+def dir_bytes(path: str) -> int:
+    total = 0
+    for base, _dirs, files in os.walk(path):
+        for f in files:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.stat(os.path.join(base, f)).st_size
+    return total
+
+
+def make_sqlite(path: str, durable: bool) -> tuple[Any, Callable[[], None]]:
+    conn = sqlite3.connect(os.path.join(path, "lg.sqlite"), check_same_thread=False)
+    saver = SqliteSaver(conn)
+    saver.setup()  # WAL
+    conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+    return saver, conn.close
+
+
+def make_journal(path: str, durable: bool) -> tuple[Any, Callable[[], None]]:
+    saver = JournalSaver(os.path.join(path, "store"), durability="fsync" if durable else "os")
+    return saver, saver.close
+
+
+def run_one(
+    name: str,
+    factory: Callable[[str, bool], tuple[Any, Callable[[], None]]],
+    durable: bool,
+    steps: int,
+    list_reps: int,
+) -> dict[str, Any]:
+    path = tempfile.mkdtemp(prefix=f"bench-lg-{name}-")
+    try:
+        saver, close = factory(path, durable)
+        # Each model+tools+count round is 3 steps; recursion_limit bounds supersteps.
+        graph = build(steps).compile(checkpointer=saver)
+        cfg: Any = {"configurable": {"thread_id": "bench"}, "recursion_limit": steps + 10}
+        t0 = time.perf_counter()
+        graph.invoke({"messages": [HumanMessage(content="why is CI red?")], "steps": 0}, cfg)
+        elapsed = time.perf_counter() - t0
+        ids = [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg)]
+        n_cp = len(ids)
+        deep = ids[int(len(ids) * 0.9)]
+        before: Any = {"configurable": {"thread_id": "bench", "checkpoint_id": deep}}
+
+        def list_deep(s: Any) -> float:
+            t = time.perf_counter()
+            got = list(s.list(cfg, before=before, limit=10))
+            assert len(got) == 10, len(got)
+            return time.perf_counter() - t
+
+        warm = statistics.median(list_deep(saver) for _ in range(list_reps))
+        msgs = len(graph.get_state(cfg).values["messages"])
+        close()
+        cold_saver, cold_close = factory(path, durable)
+        cold = statistics.median(
+            list_deep(cold_saver) for _ in range(1)
+        )
+        cold_close()
+        size = dir_bytes(path)
+        return {
+            "saver": name,
+            "durable": durable,
+            "checkpoints": n_cp,
+            "messages": msgs,
+            "per_step_ms": elapsed / n_cp * 1e3,
+            "list_deep_warm_ms": warm * 1e3,
+            "list_deep_cold_ms": cold * 1e3,
+            "bytes": size,
+        }
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="300 steps instead of 1000")
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    if SqliteSaver is None:
+        print(
+            "bench_langgraph: langgraph-checkpoint-sqlite is not installed; "
+            "pip install langgraph-checkpoint-sqlite to compare with SqliteSaver. Skipping."
+        )
+        return
+    steps = args.steps or (300 if args.quick else 1000)
+    reps = 5 if args.quick else 9
+    results: list[dict[str, Any]] = []
+    for durable in (True, False):
+        for name, factory in (("sqlite", make_sqlite), ("journal", make_journal)):
+            results.append(run_one(name, factory, durable, steps, reps))
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    print(f"LangGraph agent loop, {steps} steps, growing message list (~300 B per message)")
+    for durable in (True, False):
+        s = next(r for r in results if r["saver"] == "sqlite" and r["durable"] == durable)
+        j = next(r for r in results if r["saver"] == "journal" and r["durable"] == durable)
+        mode = "fsync / synchronous=FULL" if durable else "os / synchronous=NORMAL"
+        print(f"\n[{mode}]  checkpoints: sqlite {s['checkpoints']}, journal {j['checkpoints']};"
+              f" messages at the end: {j['messages']}")
+        print(f"{'metric':28} {'SqliteSaver':>14} {'JournalSaver':>14} {'ratio':>8}")
+        for key, label, unit in (
+            ("per_step_ms", "per-step latency", "ms"),
+            ("list_deep_warm_ms", "list deep (warm), limit 10", "ms"),
+            ("list_deep_cold_ms", "list deep (cold), limit 10", "ms"),
+            ("bytes", "bytes on disk", "B"),
+        ):
+            sv, jv = s[key], j[key]
+            if unit == "B":
+                sv_s, jv_s = f"{sv / 1e6:.2f} MB", f"{jv / 1e6:.2f} MB"
+            else:
+                sv_s, jv_s = f"{sv:.2f} ms", f"{jv:.2f} ms"
+            print(f"{label:28} {sv_s:>14} {jv_s:>14} {sv / jv:>7.2f}x")
+    print("\nratio = SqliteSaver / JournalSaver: > 1 means the journal saver is better")
+
+
+if __name__ == "__main__":
+    main()
