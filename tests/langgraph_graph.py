@@ -113,7 +113,10 @@ def main(argv: list[str]) -> None:
         print("INTERRUPTED", flush=True)
         time.sleep(120)  # wait to be killed
     elif mode == "resume":
-        out = graph.invoke(Command(resume="yes"), config(thread))
+        # "sync": each checkpoint is durable before the next step starts (LangGraph's
+        # default, "async", may still be writing it while the next step runs).
+        durability: Any = os.environ.get("JOURNAL_LG_DURABILITY", "async")
+        out = graph.invoke(Command(resume="yes"), config(thread), durability=durability)
         print(json.dumps({"last": out["messages"][-1].content}), flush=True)
     elif mode == "continue":
         out = graph.invoke(None, config(thread))

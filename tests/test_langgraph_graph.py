@@ -188,7 +188,8 @@ def test_kill_in_the_middle_of_a_tool_step(tmp_path: Path) -> None:
 
     # A new process resumes; its tool blocks; it is killed while the tool runs.
     marker = tmp_path / "in-tool"
-    child = spawn(root, "resume", thread, env={"JOURNAL_LG_SLOW_TOOL": str(marker)})
+    env = {"JOURNAL_LG_SLOW_TOOL": str(marker), "JOURNAL_LG_DURABILITY": "sync"}
+    child = spawn(root, "resume", thread, env=env)
     deadline = time.monotonic() + 90
     while not marker.exists():
         assert child.poll() is None, child.stderr.read()
