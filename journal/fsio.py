@@ -122,6 +122,16 @@ def unlink(path: str) -> None:
         ops.unlink(path)
 
 
+def sync_path(path: str) -> None:
+    """fsync a file that is not open here (a file written earlier without a sync)."""
+    with _context("open", path):
+        fd = os.open(path, os.O_RDONLY)
+    try:
+        sync_file(fd, path)
+    finally:
+        os.close(fd)
+
+
 def write_file(path: str, data: bytes, *, durable: bool) -> None:
     """Create or replace `path` with `data` atomically (temp file + rename).
 

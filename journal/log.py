@@ -141,15 +141,20 @@ class Log:
 
     # ----------------------------------------------------------------- layout
     @staticmethod
-    def create(directory: str, kind: int) -> None:
-        """Create a log directory with an empty first segment, durably (not the parent)."""
+    def create(directory: str, kind: int, *, durable: bool = True) -> None:
+        """Create a log directory with an empty first segment, durably (not the parent).
+
+        `durable=False` is for a directory still being built in private (see
+        `Session.build`): whoever publishes it syncs it first.
+        """
         try:
             os.makedirs(directory, exist_ok=True)
         except OSError as exc:
             raise StorageError(f"cannot create {directory}: {exc.strerror}") from exc
         path = os.path.join(directory, segment_name(0))
-        _create_segment_file(path, kind, 0)
-        fsio.sync_dir(directory)
+        _create_segment_file(path, kind, 0, durable=durable)
+        if durable:
+            fsio.sync_dir(directory)
 
     def list_segments(self) -> list[Segment]:
         try:
@@ -723,7 +728,9 @@ class Log:
             self._retired.clear()
 
 
-def _create_segment_file(path: str, kind: int, base: int, *, replace: bool = False) -> None:
+def _create_segment_file(
+    path: str, kind: int, base: int, *, replace: bool = False, durable: bool = True
+) -> None:
     flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if replace else os.O_EXCL)
     try:
         fd = os.open(path, flags, 0o644)
@@ -731,7 +738,8 @@ def _create_segment_file(path: str, kind: int, base: int, *, replace: bool = Fal
         raise StorageError(f"cannot create segment {path}: {exc.strerror}") from exc
     try:
         fsio.pwrite(fd, encode_segment_header(kind, base), 0, path)
-        fsio.sync_file(fd, path)
+        if durable:
+            fsio.sync_file(fd, path)
     finally:
         os.close(fd)
 

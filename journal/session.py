@@ -45,7 +45,7 @@ from .index import (
     IndexDoubtError,
 )
 from .locks import FileLock
-from .log import KIND_SESSION, Log, ScanState
+from .log import KIND_SESSION, SEGMENT_SUFFIX, Log, ScanState
 from .metafile import KIND_IDENTITY, KIND_SNAPSHOT, read_meta, write_meta
 from .payloads import (
     COMMIT_SAVE,
@@ -200,14 +200,38 @@ class Session:
 
     @staticmethod
     def build(directory: str, identity: SessionIdentity) -> None:
-        """Lay out a new, empty session directory durably (caller publishes it by rename)."""
+        """Lay out a new, empty session directory in private, without syncing anything.
+
+        The caller writes the first commit into it, then calls `seal` and publishes
+        it with one rename. Nothing here needs to be durable before `seal`: until the
+        rename, a crash leaves only garbage in tmp/. Deferring the syncs lets the
+        first commit's own fdatasync cover the segment file (3 fewer syncs per fork
+        or new session than syncing each step).
+        """
         os.makedirs(directory, exist_ok=True)
-        Session.write_identity(directory, identity)
-        Log.create(os.path.join(directory, LOG_DIR), KIND_SESSION)
+        write_meta(
+            os.path.join(directory, IDENTITY_FILE), KIND_IDENTITY, _encode(identity), durable=False
+        )
+        Log.create(os.path.join(directory, LOG_DIR), KIND_SESSION, durable=False)
         open(os.path.join(directory, LOCK_FILE), "ab").close()
-        # The identity write synced this directory before `log/` existed: without a
-        # second sync a power loss after publication can leave a session directory
-        # whose log directory is missing (found by tests/test_lost_writes.py).
+
+    @staticmethod
+    def seal(directory: str, *, log_synced: bool) -> None:
+        """Make a directory from `build` durable before it is published by rename.
+
+        `log_synced`: the first commit was fdatasynced (durable mode), which also
+        covers the segment header written before it. Every directory is synced
+        after all its entries exist: syncing the session directory before `log/`
+        existed once let a power loss leave a session without its log (found by
+        tests/test_lost_writes.py).
+        """
+        fsio.sync_path(os.path.join(directory, IDENTITY_FILE))
+        log_dir = os.path.join(directory, LOG_DIR)
+        if not log_synced:
+            for name in sorted(os.listdir(log_dir)):
+                if name.endswith(SEGMENT_SUFFIX):
+                    fsio.sync_path(os.path.join(log_dir, name))
+        fsio.sync_dir(log_dir)
         fsio.sync_dir(directory)
 
     # ------------------------------------------------------------ cache loading

@@ -428,7 +428,9 @@ class Store:
                 first.flush_caches()
             finally:
                 first.close()
-            fsio.sync_dir(os.path.join(self.root, TMP_DIR))
+            # No sync of tmp/ itself: the rename moves the directory, and syncing
+            # its destination's parent afterwards is what makes the entry durable.
+            Session.seal(tmp, log_synced=self.options.durable)
             try:
                 fsio.rename(tmp, path)
             except StorageError:
@@ -575,6 +577,8 @@ class Store:
         if not self.read_only:
             self._finish_orphaned_deletes()
             self._clean_tmp()
+            if os.listdir(self.tree.trash):
+                self.tree.empty_trash_soon()  # left by a process that exited meanwhile
         changed = boot_changed(self.catalog.dir, self.root, record=not self.read_only)
         if changed or self.catalog.fresh:
             # Every directory, and every session the catalog names (it may have none).
@@ -887,7 +891,7 @@ class Store:
                 child.flush_caches()
             finally:
                 child.close()
-            fsio.sync_dir(os.path.join(self.root, TMP_DIR))
+            Session.seal(tmp, log_synced=self.options.durable)
             fsio.rename(tmp, path)
             fsio.sync_dir(os.path.dirname(path))
             sess = self._session(cp.session_id)
@@ -1006,7 +1010,7 @@ class Store:
                     self._sessions.pop(sid, None)
             for _, s in present:
                 s.close()
-            self.tree.empty_trash()
+            self.tree.empty_trash_soon()
             return True
 
     def _finish_orphaned_deletes(self) -> None:

@@ -14,6 +14,12 @@ on every reader treats those sessions as gone), renames each session directory
 and each session-scoped state directory into `ROOT/trash/`, syncs, removes the
 intent and finally the trash. A crash at any point is finished ("rolled
 forward") by the next process that finds an intent whose owner is dead.
+
+Emptying the trash is not part of the delete: once the intent is removed the
+sessions are durably gone, and what is left in `trash/` is garbage that nothing
+reads. It is removed by a background thread (file removal on a slow disk costs
+more than the whole delete), which `close()` waits for; trash left by a process
+that died is removed by the next delete or open.
 """
 
 from __future__ import annotations
@@ -61,6 +67,9 @@ class Tree:
         self._depth = 0
         self._pending_mtime = -1
         self._pending: set[str] = set()
+        self._emptier: threading.Thread | None = None
+        self._emptier_lock = threading.Lock()
+        self._trash_dirty = False
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -131,8 +140,38 @@ class Tree:
         self._pending_mtime = -1
 
     def empty_trash(self) -> None:
+        """Remove everything in `trash/` now (in the calling thread)."""
         for name in os.listdir(self.trash):
             shutil.rmtree(os.path.join(self.trash, name), ignore_errors=True)
+
+    def empty_trash_soon(self) -> None:
+        """Remove everything in `trash/` in a background thread (one at a time)."""
+        with self._emptier_lock:
+            self._trash_dirty = True
+            if self._emptier is not None and self._emptier.is_alive():
+                return  # it looks again before it exits
+            self._emptier = threading.Thread(
+                target=self._empty_until_clean, name="journal-trash", daemon=True
+            )
+            self._emptier.start()
+
+    def _empty_until_clean(self) -> None:
+        while True:
+            with self._emptier_lock:
+                if not self._trash_dirty:
+                    self._emptier = None
+                    return
+                self._trash_dirty = False
+            try:
+                self.empty_trash()
+            except OSError:
+                return  # trash is garbage: the next delete or open tries again
+
+    def wait_for_trash(self) -> None:
+        with self._emptier_lock:
+            emptier = self._emptier
+        if emptier is not None:
+            emptier.join()
 
     def orphaned_intents(self) -> list[tuple[str, DeleteIntent]]:
         """Intents whose deleting process is gone (its lock is free)."""
@@ -147,4 +186,5 @@ class Tree:
         return out
 
     def close(self) -> None:
+        self.wait_for_trash()
         self.lock.close()

@@ -24,7 +24,7 @@ from faults import PowerLossOps, checkpoint, execution, observe, recording, warn
 import journal
 
 SEED = int(os.environ.get("JOURNAL_LOSTWRITES_SEED", "20240601"))
-SESSIONS = ["alpha", "beta"]
+SESSIONS = ["alpha", "beta", "gamma", "delta"]  # gamma: a fork of alpha; delta: of gamma
 STATE_KEYS = [("alpha", "cursor"), ("shared", "config")]
 SEGMENT_BYTES = 4096  # small, so segments roll during the workload
 
@@ -40,8 +40,8 @@ class Image:
 def workload() -> list[tuple[str, Any]]:
     """A deterministic script of (description, call(store)) steps."""
     steps: list[tuple[str, Any]] = []
-    ctx: dict[str, list[Any]] = {sid: [] for sid in SESSIONS}
-    epoch = dict.fromkeys(SESSIONS, 0)
+    ctx: dict[str, list[Any]] = {sid: [] for sid in ("alpha", "beta")}
+    epoch = dict.fromkeys(("alpha", "beta"), 0)
     rnd = random.Random(7)
 
     def save(sid: str, seq: int, *, events: int, big: bool = False, new_epoch: bool = False):
@@ -80,6 +80,18 @@ def workload() -> list[tuple[str, Any]]:
 
         steps.append((f"state {scope}/{key} {n}", call))
 
+    def fork(parent: str, seq: int, child: str) -> None:
+        def call(store: journal.Store) -> None:
+            store.fork_at(parent, seq, child)
+
+        steps.append((f"fork {parent}@{seq} -> {child}", call))
+
+    def delete(sid: str) -> None:
+        def call(store: journal.Store) -> None:
+            assert store.delete_sessions([sid])
+
+        steps.append((f"delete {sid} and its forks", call))
+
     save("alpha", 0, events=2)
     append("alpha", 0)
     state("alpha", "cursor", 0)
@@ -92,10 +104,26 @@ def workload() -> list[tuple[str, Any]]:
             state("alpha", "cursor", i)
         if i % 4 == 0:
             save("beta", i, events=1)
+        if i == 2:
+            fork("alpha", 1, "gamma")
+        if i == 5:
+            fork("gamma", 0, "delta")
+        if i == 8:
+            delete("gamma")
         if i % 3 == 1:
             flush()
         append("alpha", i)
     return steps
+
+
+def observe_all(store: journal.Store) -> dict[str, Any]:
+    """The sessions, the state keys, and the catalog's listing (derived, but never wrong)."""
+    seen = observe(store, SESSIONS, STATE_KEYS)
+    page = store.list_sessions_page(journal.SessionPageRequest(limit=100))
+    seen["listing"] = sorted(
+        (s.session_id, s.sequence, s.parent_session_id, s.parent_sequence) for s in page.sessions
+    )
+    return seen
 
 
 def run_recorded(
@@ -126,7 +154,7 @@ def run_recorded(
     steps = workload()
     with recording(root) as recorder:
         store = journal.open(root, durability=durability, segment_bytes=SEGMENT_BYTES)
-        states.append(observe(store, SESSIONS, STATE_KEYS))
+        states.append(observe_all(store))
         snap("after open", False, "")
         for desc, call in steps:
             recorder.hook = lambda op, path, desc=desc: snap(
@@ -135,7 +163,7 @@ def run_recorded(
             call(store)
             recorder.hook = None
             step += 1
-            states.append(observe(store, SESSIONS, STATE_KEYS))
+            states.append(observe_all(store))
             snap(f"after {desc!r}", False, "")
         store.close()
     return states, images
@@ -183,7 +211,7 @@ def test_power_loss_at_every_step(tmp_path: Any) -> None:
         try:
             store = journal.open(img.path, durability="fsync", segment_bytes=SEGMENT_BYTES)
             try:
-                seen = observe(store, SESSIONS, STATE_KEYS)
+                seen = observe_all(store)
             finally:
                 store.close()
         except journal.JournalError as exc:
@@ -222,7 +250,7 @@ def test_power_loss_in_os_mode(tmp_path: Any) -> None:
     for k, img in enumerate(images):
         store = journal.open(img.path, durability="os", segment_bytes=SEGMENT_BYTES)
         try:
-            seen = observe(store, SESSIONS)
+            seen = observe(store, SESSIONS)  # no listing: sessions may lose different calls
             for scope, key in STATE_KEYS:
                 try:
                     seen[f"state:{scope}:{key}"] = store.load_state(scope, key)
