@@ -78,6 +78,62 @@ def check_json_value(value: object, where: str) -> None:
 
 
 def _walk_json(value: object, where: str, *, allow_structs: bool) -> None:
+    if _plain_json(value, allow_structs):
+        return
+    _walk_json_slowly(value, where, allow_structs=allow_structs)
+
+
+def _plain_json(value: object, allow_structs: bool) -> bool:
+    """The fast check: True when `value` is certainly valid JSON (the common case).
+
+    It walks level by level without building paths (most of the cost of the
+    precise walk), accepting only exact built-in types. False means "look
+    closer": the precise walk then either raises with the path or accepts (a
+    subclass of str or dict, say).
+    """
+    level: list[object] = [value]
+    depth = 0
+    while level:
+        below: list[object] = []
+        for item in level:
+            kind = type(item)
+            if kind is str:
+                if not item.isascii():  # type: ignore[attr-defined]
+                    try:
+                        item.encode("utf-8")  # type: ignore[attr-defined]
+                    except UnicodeEncodeError:
+                        return False
+            elif kind is int:
+                if not I64_MIN <= item <= U64_MAX:  # type: ignore[operator]
+                    return False
+            elif kind is dict:
+                if depth >= MAX_JSON_DEPTH:
+                    return False
+                for key in item:  # type: ignore[attr-defined]
+                    if type(key) is not str or not key.isascii():
+                        return False
+                below.extend(item.values())  # type: ignore[attr-defined]
+            elif kind is list:
+                if depth >= MAX_JSON_DEPTH:
+                    return False
+                below.extend(item)  # type: ignore[arg-type]
+            elif kind is float:
+                if item != item or item in (math.inf, -math.inf):
+                    return False
+            elif item is None or kind is bool:
+                continue
+            elif allow_structs and isinstance(item, msgspec.Struct):
+                if depth >= MAX_JSON_DEPTH:
+                    return False
+                below.extend(getattr(item, name) for name in item.__struct_fields__)
+            else:
+                return False
+        level = below
+        depth += 1
+    return True
+
+
+def _walk_json_slowly(value: object, where: str, *, allow_structs: bool) -> None:
     # Iterative, so deep values cannot exhaust the Python stack; `depth` bounds cycles.
     stack: list[tuple[object, str, int]] = [(value, where, 0)]
     while stack:

@@ -704,3 +704,64 @@ def test_fork_child_must_be_clean(unclean: dict[str, Any]) -> None:
     validate_fork_child("parent", clean_child(metadata={"kept": True}, first_user_message="hi"))
     with fails(ContractViolationError, "a fork must begin at a clean sequence-zero checkpoint"):
         validate_fork_child("parent", clean_child(**unclean))
+
+
+# --- the fast JSON check agrees with the precise walk ----------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from journal import validate as _validate  # noqa: E402
+
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**65), max_value=2**65),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=5),
+    st.sampled_from(["\ud800", "a\udfffb", b"bytes", (1, 2), {1, 2}]),
+)
+_json_like = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(
+            st.one_of(st.text(max_size=4), st.sampled_from([1, "\ud800", "é"])),
+            inner,
+            max_size=4,
+        ),
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_json_like)
+def test_fast_json_check_never_accepts_what_the_precise_walk_rejects(value: Any) -> None:
+    try:
+        _validate._walk_json_slowly(value, "v", allow_structs=False)
+        precise_ok = True
+    except InvalidInputError:
+        precise_ok = False
+    if _validate._plain_json(value, False):
+        assert precise_ok, f"fast check accepted {value!r}"
+    # and the public check is exactly the precise one
+    try:
+        _validate.check_json_value(value, "v")
+        assert precise_ok
+    except InvalidInputError:
+        assert not precise_ok
+
+
+def test_fast_json_check_bounds_depth_and_cycles() -> None:
+    deep: Any = []
+    for _ in range(_validate.MAX_JSON_DEPTH + 5):
+        deep = [deep]
+    assert not _validate._plain_json(deep, False)
+    with pytest.raises(InvalidInputError, match="nesting is deeper"):
+        _validate.check_json_value(deep, "v")
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    assert not _validate._plain_json(cycle, False)
+    with pytest.raises(InvalidInputError):
+        _validate.check_json_value(cycle, "v")
