@@ -33,9 +33,15 @@ def store(tmp_path: Path) -> Any:
     s.close()
 
 
-@pytest.fixture
-def make(store: journal.Store) -> Factory:
+# Every test runs with the default item cache, with none (every read goes to the
+# log) and with a tiny one (evictions mid-history: reads mix cache and log).
+CACHES = {"cached": 32 << 20, "uncached": 0, "tiny": 600}
+
+
+@pytest.fixture(params=list(CACHES))
+def make(store: journal.Store, request: pytest.FixtureRequest) -> Factory:
     def factory(session_id: str, **kw: Any) -> JournalSession:
+        kw.setdefault("cache_bytes", CACHES[request.param])
         return JournalSession(session_id, store, **kw)
 
     return factory

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import bisect
 import math
 import os
 import threading
@@ -51,22 +52,17 @@ from journal.errors import (
     InvalidInputError,
     JournalError,
     NotFoundError,
+    StorageError,
 )
+from journal.session import IDENTITY_FILE
 from journal.store import Store
 from journal.types import Checkpoint, Event, EventPageRequest, TimestampedEvent
 from journal.validate import validate_session_id
 
-try:
-    from agents.memory.session_settings import SessionSettings, resolve_session_limit
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "journal.integrations.openai_agents needs the OpenAI Agents SDK: "
-        "pip install 'journal[openai-agents]'"
-    ) from exc
-
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
     from agents.memory.session import Session
+    from agents.memory.session_settings import SessionSettings
 
 __all__ = ["ITEMS", "POP", "CLEAR", "ItemPage", "JournalSession"]
 
@@ -113,6 +109,32 @@ class _Segment:
     events: int | None = None
 
 
+_ALL = 1 << 62  # "every item of this event" as an index bound
+
+
+@dataclass
+class _Cache:
+    """What one `JournalSession` knows of its session: the newest live items, encoded.
+
+    It reflects the log up to event `latest` of the session (checked, and brought
+    up to date, at the start of every call). `complete`: it holds every live item.
+    `extendable`: older items are read from disk below `boundary` (cleared when the
+    budget evicted items; older reads then scan the log instead). `tombs`: every
+    tombstone seen, for the rare pending removals of cursors.
+    """
+
+    ident: tuple[int, int, int] | None
+    latest: int
+    chain: list[_Segment]
+    keys: list[Key] = field(default_factory=list)  # oldest first
+    vals: list[bytes] = field(default_factory=list)  # msgpack of each item
+    nbytes: int = 0
+    complete: bool = False
+    extendable: bool = True
+    boundary: Key = (0, 0, _ALL)
+    tombs: list[tuple[int, int, Key]] = field(default_factory=list)
+
+
 @dataclass
 class ItemPage:
     """Items newest first, each with its cursor; `next_before` continues with older items.
@@ -149,13 +171,14 @@ class JournalSession:
         *,
         session_settings: SessionSettings | None = None,
         owner_id: str = "local",
+        cache_bytes: int = 32 << 20,
         **store_options: Any,
     ):
         validate_session_id(session_id)  # any non-blank string of at most 4 KiB
         self.session_id = session_id
-        self.session_settings = (
-            session_settings if session_settings is not None else SessionSettings()
-        )
+        if session_settings is None:
+            session_settings = _default_settings()
+        self.session_settings = session_settings
         if isinstance(store, Store):
             if store_options:
                 raise InvalidInputError("store options need a path, not an open store")
@@ -168,6 +191,10 @@ class JournalSession:
         self._lock = _session_lock(self.store.root, session_id)
         self._closed = False
         self._items_per_event = 2.0  # running estimate, sizes event pages
+        if not isinstance(cache_bytes, int) or cache_bytes < 0:
+            raise InvalidInputError("cache_bytes must be a non-negative integer")
+        self.cache_bytes = cache_bytes
+        self._c: _Cache | None = None
 
     # ------------------------------------------------------------ SDK protocol
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
@@ -175,7 +202,9 @@ class JournalSession:
 
         A limit of 0 or below returns no items.
         """
-        resolved = resolve_session_limit(limit, self.session_settings)
+        resolved = limit
+        if resolved is None and self.session_settings is not None:
+            resolved = self.session_settings.limit
         if resolved is not None and resolved <= 0:
             self._check_open()
             return []
@@ -289,50 +318,209 @@ class JournalSession:
             ) from None
         return chain
 
+    # ------------------------------------------------------------ the cache
+    def _identity(self) -> tuple[int, int, int] | None:
+        """The session directory's identity (None: no such session); changes when it is
+        deleted and created again, so a cache of the old one is never reused."""
+        directory = self.store.session_dir(self.session_id)
+        try:
+            d = os.stat(directory)
+            f = os.stat(os.path.join(directory, IDENTITY_FILE))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot stat session directory {directory}: {exc}") from exc
+        return (d.st_ino, f.st_ino, f.st_mtime_ns)
+
+    def _sync(self) -> _Cache:
+        """The cache, brought up to date with the log (one `events_after` call when current)."""
+        ident = self._identity()
+        c = self._c
+        if c is None or c.ident != ident:
+            return self._rebuild(ident)
+        if ident is None:
+            return c
+        while True:
+            new = self.store.events_after(self.session_id, c.latest, 256)
+            for jev in new:
+                if not self._apply(c, jev.sequence, jev.event.msg):
+                    return self._rebuild(ident)
+            if len(new) < 256:
+                return c
+
+    def _rebuild(self, ident: tuple[int, int, int] | None) -> _Cache:
+        c = _Cache(ident, 0, [_Segment(self.session_id)], complete=True)
+        if ident is not None:
+            cp = self.store.load(self.session_id)
+            if cp is not None:
+                latest = self.store.event_page(
+                    self.session_id, EventPageRequest(limit=1)
+                ).latest_sequence
+                c = _Cache(ident, latest, self._chain(cp), boundary=(0, latest, _ALL))
+        self._c = c
+        return c
+
+    def _apply(self, c: _Cache, seq: int, msg: dict[str, Any]) -> bool:
+        """Apply one new event of this session to the cache; False: rebuild instead."""
+        kind = msg.get("type")
+        if kind == ITEMS:
+            for index, item in enumerate(self._items_of(self.session_id, seq, msg)):
+                self._push(c, (0, seq, index), _encode(item))
+        elif kind == POP:
+            key = self._target_of(self.session_id, seq, msg, 0)
+            c.tombs.append((0, seq, key))
+            pos = bisect.bisect_left(c.keys, _sk(key), key=_sk)
+            if pos < len(c.keys) and c.keys[pos] == key:
+                c.nbytes -= len(c.vals[pos])
+                del c.keys[pos], c.vals[pos]
+            elif c.complete:
+                return False  # names no item we hold: let a scan decide
+            elif c.extendable:
+                if not _older(key, c.boundary):
+                    return False
+            elif c.keys and not _older(key, c.keys[0]):
+                return False
+        elif kind == CLEAR:
+            c.keys, c.vals, c.nbytes, c.complete = [], [], 0, True
+        c.latest = seq
+        return True
+
+    def _push(self, c: _Cache, key: Key, val: bytes) -> None:
+        c.keys.append(key)
+        c.vals.append(val)
+        c.nbytes += len(val)
+        if c.nbytes > self.cache_bytes:
+            self._evict(c)
+
+    def _evict(self, c: _Cache) -> None:
+        """Drop the oldest items down to 3/4 of the budget; older reads then go to disk."""
+        keep = self.cache_bytes * 3 // 4
+        drop = 0
+        while drop < len(c.vals) and c.nbytes > keep:
+            c.nbytes -= len(c.vals[drop])
+            drop += 1
+        del c.keys[:drop], c.vals[:drop]
+        c.complete = False
+        c.extendable = False
+
+    def _extend(self, c: _Cache, need: int) -> None:
+        """Read older items from disk into the cache until it holds `need` or all of them."""
+        if c.complete or not c.extendable or len(c.keys) >= need:
+            return
+        got_keys: list[Key] = []
+        got_vals: list[bytes] = []
+        last: Key | None = None
+        exhausted = True
+        tombs: list[tuple[int, int, Key]] = []
+        for key, item, _ in self._scan(
+            c.chain,
+            c.boundary,
+            self._pending_at(c, c.boundary),
+            want=need - len(c.keys),
+            on_tomb=lambda d, s, t: tombs.append((d, s, t)),
+        ):
+            got_keys.append(key)
+            got_vals.append(_encode(item))
+            last = key
+            if len(c.keys) + len(got_keys) >= need:
+                exhausted = False
+                break
+        c.tombs.extend(tombs)
+        if last is not None:
+            c.boundary = last
+        got_keys.reverse()
+        got_vals.reverse()
+        c.keys[:0] = got_keys
+        c.vals[:0] = got_vals
+        c.nbytes += sum(len(v) for v in got_vals)
+        if exhausted:
+            c.complete = True
+        if c.nbytes > self.cache_bytes:
+            self._evict(c)
+
+    def _pending_at(self, c: _Cache, key: Key) -> set[Key]:
+        """Removals a scan resuming below `key` must still apply: targets below `key` of
+        tombstones above it (empty unless a pop raced with an add from another process)."""
+        return {
+            t
+            for d, s, t in c.tombs
+            if (d < key[0] or (d == key[0] and s > key[1])) and _older(t, key)
+        }
+
+    def _newest(self, c: _Cache) -> tuple[Key, Any] | None:
+        """The newest live item, or None."""
+        if not c.keys and not c.complete:
+            self._extend(c, 1)
+            if not c.keys and not c.complete:  # beyond the cache budget: ask the disk
+                for key, item, _ in self._scan(c.chain, None, set(), want=1):
+                    return key, item
+                return None
+        if not c.keys:
+            return None
+        return c.keys[-1], _decode(c.vals[-1])
+
+    # ------------------------------------------------------------- operations
     def _add(self, batch: list[Any]) -> None:
         event = Event(msg={"type": ITEMS, "items": batch})
         now = _now_ms()
+        c = self._c
         try:
-            self.store.append_event(self.session_id, now, event)
-            return
+            jev = self.store.append_event(self.session_id, now, event)
         except NotFoundError:
-            pass
-        # First items of a new session: create it with a checkpoint (sequence 0).
+            self._create(event, now, batch)
+            return
+        if c is not None and c.ident is not None and jev.sequence == c.latest + 1:
+            for index, item in enumerate(batch):
+                self._push(c, (0, jev.sequence, index), _encode(item))
+            c.latest = jev.sequence
+
+    def _create(self, event: Event, now: int, batch: list[Any]) -> None:
+        """First items of a new session: create it with a checkpoint (sequence 0)."""
+        self._c = None
         cp = Checkpoint.empty(self.session_id, owner_id=self.owner_id)
         cp.first_user_message = _first_user_text(batch)
+        ev = TimestampedEvent(recorded_at_ms=now, event=event)
         try:
-            self.store.save_with_events(
-                cp, (), None, [TimestampedEvent(recorded_at_ms=now, event=event)]
-            )
+            self.store.save_with_events(cp, (), None, [ev])
         except ContractViolationError:
             # Another process created it meanwhile: append to what is there.
             if self.store.load(self.session_id) is None:
                 raise
             self.store.append_event(self.session_id, now, event)
 
-    def _mutate(self, choose: Callable[[Checkpoint], dict[str, Any] | None]) -> None:
+    def _mutate(self, choose: Callable[[_Cache], dict[str, Any] | None]) -> None:
         """Commit one tombstone event with the checkpoint sequence as compare-and-set.
 
-        `choose` sees the current checkpoint and returns the event message (None:
-        nothing to do). If another writer committed a mutation meanwhile, the
+        `choose` sees the up-to-date cache and returns the event message (None:
+        nothing to do). If another writer committed a pop or clear meanwhile, the
         store rejects the sequence and this retries against the new state.
         """
         for _attempt in range(100):
+            # The checkpoint first: a pop or clear committed after this load moves the
+            # sequence, so the save below fails and the choice is made again.
             cp = self.store.load(self.session_id)
             if cp is None:
                 return
-            msg = choose(cp)
+            c = self._sync()
+            msg = choose(c)
             if msg is None:
                 return
             nxt = msgspec.structs.replace(cp, sequence=cp.sequence + 1)
             ev = TimestampedEvent(recorded_at_ms=_now_ms(), event=Event(msg=msg))
             try:
-                self.store.save_with_events(nxt, (), None, [ev])
-                return
+                [jev] = self.store.save_with_events(nxt, (), None, [ev])
             except ContractViolationError:
                 again = self.store.load(self.session_id)
                 if again is None or again.sequence == cp.sequence:
                     raise
+                continue
+            if (
+                jev.sequence == c.latest + 1
+                and self._c is c
+                and not self._apply(c, jev.sequence, msg)
+            ):
+                self._c = None
+            return
         raise JournalError(  # pragma: no cover - needs 100 lost races in a row
             f"session {self.session_id!r}: gave up after 100 conflicting concurrent writes"
         )
@@ -340,67 +528,96 @@ class JournalSession:
     def _pop(self) -> Any:
         popped: list[Any] = []
 
-        def choose(cp: Checkpoint) -> dict[str, Any] | None:
+        def choose(c: _Cache) -> dict[str, Any] | None:
             popped.clear()
-            for key, item, _ in self._scan(self._chain(cp), None, set(), want=1):
-                popped.append(item)
-                return {"type": POP, "target": list(key)}
-            return None
+            newest = self._newest(c)
+            if newest is None:
+                return None
+            popped.append(newest[1])
+            return {"type": POP, "target": list(newest[0])}
 
         self._mutate(choose)
         return popped[0] if popped else None
 
     def _clear(self) -> None:
-        def choose(cp: Checkpoint) -> dict[str, Any] | None:
-            for _ in self._scan(self._chain(cp), None, set(), want=1):
-                return {"type": CLEAR}
-            return None  # already empty: nothing to write
+        def choose(c: _Cache) -> dict[str, Any] | None:
+            return None if self._newest(c) is None else {"type": CLEAR}
 
         self._mutate(choose)
 
     def _latest(self, limit: int | None) -> list[Any]:
-        cp = self.store.load(self.session_id)
-        if cp is None:
-            return []
+        c = self._sync()
+        need = (1 << 62) if limit is None else limit
+        self._extend(c, need)
+        if len(c.keys) >= need or c.complete:
+            return _decode_all(c.vals[-need:] if len(c.vals) > need else c.vals)
+        # Beyond the cache budget: read the disk directly.
         out: list[Any] = []
-        want = limit if limit is not None else 1 << 30
-        for _key, item, _ in self._scan(self._chain(cp), None, set(), want=want):
+        for _key, item, _ in self._scan(c.chain, None, set(), want=need):
             out.append(item)
-            if len(out) == want:
+            if len(out) == need:
                 break
         out.reverse()
         return out
 
     def _page(self, limit: int, before: str | None) -> ItemPage:
-        cp = self.store.load(self.session_id)
-        if cp is None:
-            if before is not None:
-                raise NotFoundError(f"session {self.session_id!r} does not exist")
-            return ItemPage()
-        generation = cp.sequence
-        chain = self._chain(cp)
+        c = self._sync()
+        cursor = self._decode_cursor(before, len(c.chain)) if before is not None else None
+        key = cursor[1] if cursor is not None else None
+
+        def position() -> int:
+            if key is None:
+                return len(c.keys)
+            return bisect.bisect_left(c.keys, _sk(key), key=_sk)
+
+        p = position()
+        while p < limit + 1 and not c.complete and c.extendable:
+            self._extend(c, len(c.keys) + limit + 1 - p)
+            p = position()
+        if p >= limit + 1 or c.complete:
+            lo = max(0, p - limit)
+            keys = c.keys[lo:p][::-1]
+            page = ItemPage(items=_decode_all(c.vals[lo:p])[::-1])
+            page.cursors = [
+                self._encode_cursor(c.latest, k, sorted(self._pending_at(c, k))) for k in keys
+            ]
+            if lo > 0:
+                page.next_before = page.cursors[-1]
+            return page
+        return self._disk_page(c, limit, cursor)
+
+    def _disk_page(
+        self, c: _Cache, limit: int, cursor: tuple[int, Key, list[Key]] | None
+    ) -> ItemPage:
+        """A page read from the log (history beyond the cache budget)."""
+        latest = c.latest
         start: Key | None = None
-        older_than: Key | None = None
         pending: set[Key] = set()
-        if before is not None:
-            gen, key, pend = self._decode_cursor(before)
-            if key[0] >= len(chain):
-                raise InvalidInputError(f"cursor {before!r} does not belong to this session")
-            if gen == generation:
-                start, pending = key, set(pend)
-            else:
-                # A pop or clear since the cursor was issued: rescan from the newest
-                # item so the removals above the cursor are applied.
-                older_than = key
+        if cursor is not None:
+            latest, start, pend_list = cursor
+            pending = set(pend_list)
+            # Pops and clears since the cursor was issued (exact, without a rescan).
+            while True:
+                new = self.store.events_after(self.session_id, latest, 1024)
+                for jev in new:
+                    latest = jev.sequence
+                    kind = jev.event.msg.get("type")
+                    if kind == POP:
+                        t = self._target_of(self.session_id, latest, jev.event.msg, 0)
+                        if _older(t, start):
+                            pending.add(t)
+                    elif kind == CLEAR:
+                        return ItemPage()
+                if len(new) < 1024:
+                    break
+        chain = [_Segment(self.session_id, events=latest), *c.chain[1:]]
         page = ItemPage()
-        for key, item, pend_now in self._scan(
-            chain, start, pending, want=limit + 1, older_than=older_than
-        ):
+        for key, item, pend in self._scan(chain, start, pending, want=limit + 1):
             if len(page.items) == limit:
                 page.next_before = page.cursors[-1]
                 break
             page.items.append(item)
-            page.cursors.append(self._encode_cursor(generation, key, pend_now))
+            page.cursors.append(self._encode_cursor(latest, key, pend))
         return page
 
     def _branch(self, new_id: str, at: str | None, before: str | None) -> JournalSession:
@@ -408,13 +625,13 @@ class JournalSession:
         cp = self.store.load(self.session_id)
         if cp is None:
             raise NotFoundError(f"session {self.session_id!r} does not exist")
+        latest = self.store.event_page(self.session_id, EventPageRequest(limit=1)).latest_sequence
         chain = self._chain(cp)
+        chain[0] = _Segment(self.session_id, events=latest)
         cursor = at if at is not None else before
         target: Key | None = None
         if cursor is not None:
-            _, key, _ = self._decode_cursor(cursor)
-            if key[0] >= len(chain):
-                raise InvalidInputError(f"cursor {cursor!r} does not belong to this session")
+            _, key, _ = self._decode_cursor(cursor, len(chain))
             # Find the item (it must still be in the conversation) and, for before=,
             # the next older one.
             found = False
@@ -427,7 +644,7 @@ class JournalSession:
                     if at is not None:
                         target = k
                         break
-                elif not _newer_or_equal(k, key):
+                elif _older(k, key):
                     break  # passed the cursor's position without meeting the item
             if not found:
                 raise NotFoundError(
@@ -446,13 +663,8 @@ class JournalSession:
             depth, seq, index = target
             seg = chain[depth]
             parent = seg.session_id
-            if depth == 0:
-                latest = self.store.event_page(parent, EventPageRequest(limit=1)).latest_sequence
-                events = latest
-            else:
-                assert seg.events is not None
-                events = seg.events
-            new_chain = [[parent, seq, index, events]]
+            assert seg.events is not None
+            new_chain = [[parent, seq, index, seg.events]]
             new_chain += [
                 [s.session_id, s.item_seq, s.item_index, s.events] for s in chain[depth + 1 :]
             ]
@@ -477,12 +689,13 @@ class JournalSession:
         pending: set[Key],
         *,
         want: int,
-        older_than: Key | None = None,
+        on_tomb: Callable[[int, int, Key], object] | None = None,
     ) -> Iterator[tuple[Key, Any, tuple[Key, ...]]]:
         """Yield (key, item, pending removals below it) for live items, newest first.
 
-        `start`: begin below this item (its pending removals in `pending`).
-        `older_than`: scan from the newest, yielding only items below this key.
+        `start`: begin below this item (`pending`: the removals still to apply
+        below it). `want` sizes the event pages. Strict: a record of ours that
+        does not decode raises `CorruptionError` naming the session and event.
         """
         first_depth = start[0] if start is not None else 0
         batch = max(2, min(1024, math.ceil(want / self._items_per_event) + 1))
@@ -502,14 +715,12 @@ class JournalSession:
                     msg = jev.event.msg
                     kind = msg.get("type")
                     if kind == ITEMS:
-                        items = msg.get("items")
-                        if not isinstance(items, list) or not items:
-                            raise self._damaged(seg.session_id, seq, "no item list")
+                        items = self._items_of(seg.session_id, seq, msg)
                         seen_events += 1
                         seen_items += len(items)
                         top = len(items) - 1
                         if start is not None and depth == start[0] and seq == start[1]:
-                            top = start[2] - 1
+                            top = min(top, start[2] - 1)
                         if seg.item_seq is not None:
                             if seq > seg.item_seq:
                                 continue
@@ -520,21 +731,12 @@ class JournalSession:
                             if pending and key in pending:
                                 pending.discard(key)
                                 continue
-                            if older_than is not None and _newer_or_equal(key, older_than):
-                                continue
-                            item = items[index]
-                            if not isinstance(item, dict):
-                                raise self._damaged(
-                                    seg.session_id, seq, f"item {index} is not a JSON object"
-                                )
-                            yield key, item, tuple(sorted(pending)) if pending else ()
+                            yield key, items[index], tuple(sorted(pending)) if pending else ()
                     elif kind == POP:
-                        t = msg.get("target")
-                        if not (
-                            isinstance(t, list) and len(t) == 3 and all(_is_count(v) for v in t)
-                        ):
-                            raise self._damaged(seg.session_id, seq, f"bad pop target {t!r}")
-                        pending.add((depth + t[0], t[1], t[2]))
+                        target = self._target_of(seg.session_id, seq, msg, depth)
+                        pending.add(target)
+                        if on_tomb is not None:
+                            on_tomb(depth, seq, target)
                     elif kind == CLEAR:
                         return
                 if seen_events:
@@ -544,40 +746,94 @@ class JournalSession:
                     break
                 batch = min(1024, batch * 2)
 
+    def _items_of(self, session_id: str, seq: int, msg: dict[str, Any]) -> list[Any]:
+        items = msg.get("items")
+        if not isinstance(items, list) or not items:
+            raise self._damaged(session_id, seq, "no item list")
+        for index, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise self._damaged(session_id, seq, f"item {index} is not a JSON object")
+        return items
+
+    def _target_of(self, session_id: str, seq: int, msg: dict[str, Any], depth: int) -> Key:
+        t = msg.get("target")
+        if not (isinstance(t, list) and len(t) == 3 and all(_is_count(v) for v in t)):
+            raise self._damaged(session_id, seq, f"bad pop target {t!r}")
+        return (depth + t[0], t[1], t[2])
+
     def _damaged(self, session_id: str, seq: int, what: str) -> CorruptionError:
         return CorruptionError(
             f"session {session_id!r}, event {seq}: undecodable agents record ({what})"
             + ("" if session_id == self.session_id else f" (read for {self.session_id!r})")
         )
 
-    def _encode_cursor(self, generation: int, key: Key, pending: Sequence[Key]) -> str:
+    def _encode_cursor(self, latest: int, key: Key, pending: Sequence[Key]) -> str:
         tag = zlib.crc32(self.session_id.encode("utf-8", "surrogatepass"))
-        raw = _cursor_encode([tag, generation, *key, [list(p) for p in pending]])
+        raw = _cursor_encode([tag, latest, *key, [list(p) for p in pending]])
         return _CURSOR_PREFIX + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
-    def _decode_cursor(self, cursor: str) -> tuple[int, Key, list[Key]]:
+    def _decode_cursor(self, cursor: str, depths: int) -> tuple[int, Key, list[Key]]:
+        """(latest event when issued, item key, removals pending below the item)."""
         bad = InvalidInputError(f"not a cursor of session {self.session_id!r}: {cursor!r}")
         if not isinstance(cursor, str) or not cursor.startswith(_CURSOR_PREFIX):
             raise bad
         body = cursor[len(_CURSOR_PREFIX) :]
         try:
             raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-            tag, gen, depth, seq, index, pend = _cursor_decode(raw)
+            tag, latest, depth, seq, index, pend = _cursor_decode(raw)
             pending = [(int(a), int(b), int(c)) for a, b, c in pend]
         except (ValueError, TypeError, msgspec.DecodeError):
             raise bad from None
         if tag != zlib.crc32(self.session_id.encode("utf-8", "surrogatepass")):
             raise bad
-        if not all(_is_count(v) for v in (gen, depth, seq, index)):
+        if not all(_is_count(v) for v in (latest, depth, seq, index)) or depth >= depths:
             raise bad
-        return gen, (depth, seq, index), pending
+        return latest, (depth, seq, index), pending
 
 
-def _newer_or_equal(a: Key, b: Key) -> bool:
-    """Whether item `a` is `b` or newer than it (newest first: depth asc, then seq/index desc)."""
-    if a[0] != b[0]:
-        return a[0] < b[0]
-    return (a[1], a[2]) >= (b[1], b[2])
+def _default_settings() -> SessionSettings | None:
+    """The SDK's default settings object (None without the SDK: this module reads and
+    writes sessions without it, e.g. to page a conversation in a web server)."""
+    try:
+        from agents.memory.session_settings import SessionSettings
+    except ImportError:  # pragma: no cover - the tests run with the SDK
+        return None
+    return SessionSettings()
+
+
+def _sk(key: Key) -> tuple[int, int, int]:
+    """Sort key of an item position, ascending = oldest first (deeper ancestors first)."""
+    return (-key[0], key[1], key[2])
+
+
+def _older(a: Key, b: Key) -> bool:
+    """Whether item position `a` is older than `b`."""
+    return _sk(a) < _sk(b)
+
+
+_msgpack_encode = msgspec.msgpack.Encoder().encode
+_msgpack_decode = msgspec.msgpack.Decoder().decode
+
+
+def _encode(item: Any) -> bytes:
+    return _msgpack_encode(item)
+
+
+def _decode(raw: bytes) -> Any:
+    return _msgpack_decode(raw)
+
+
+def _decode_all(vals: list[bytes]) -> list[Any]:
+    """Decode many encoded items with one call (a msgpack array of them)."""
+    n = len(vals)
+    if n < 16:
+        head = bytes([0x90 | n])
+    elif n < 1 << 16:
+        head = b"\xdc" + n.to_bytes(2, "big")
+    else:
+        head = b"\xdd" + n.to_bytes(4, "big")
+    out: list[Any] = _msgpack_decode(head + b"".join(vals))
+    return out
 
 
 def _is_count(v: object) -> bool:

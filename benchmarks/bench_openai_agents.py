@@ -1,0 +1,343 @@
+"""`JournalSession` against the OpenAI Agents SDK's `SQLiteSession` (file-backed).
+
+    python benchmarks/bench_openai_agents.py [--quick] [--turns N] [--dir DIR] [--json out.json]
+
+Both sessions get the same scripted conversation, built before any timed loop:
+per turn the items the SDK's Runner adds, in the calls it makes (measured with
+the Runner: `[user message]`, then for a tool turn `[function_call,
+function_call_output]`, then `[assistant message]`). Two item profiles:
+"chat" (short messages, no tools) and "tools" (every second turn calls a tool
+whose JSON output is 2-8 KiB). Both stores are durable: journal's default
+durability ("fsync") against SQLiteSession's default (WAL, synchronous=FULL:
+every commit is fsynced), in fresh directories on one file system.
+
+Figures (median of the per-call times, runs alternating journal and SQLite):
+- `add_items` per call and per turn while the conversation grows;
+- `get_items(limit=50)` and `get_items()` at the end of a long session;
+- a page of 50 items deep in the history (journal: `get_items_page(before=cursor)`;
+  SQLite: the same keyset query on SQLiteSession's table, as a user would write it);
+- `pop_item` at the end of a long session;
+- bytes on disk after the turns (du of the store directory; SQLite with its WAL
+  while open, and after close, when it has checkpointed the WAL away).
+
+Ratios are SQLite / journal, so > 1 means journal is faster or smaller.
+Nothing here asserts on timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from agents import SQLiteSession  # noqa: E402
+
+from journal.integrations.openai_agents import JournalSession  # noqa: E402
+
+Item = dict[str, Any]
+KIB = 1024
+
+TEXT = (
+    "the build failed because the linker could not find libssl on the runner image so "
+    "we pinned the version and reran the pipeline which then timed out on the integration "
+    "tests that talk to the staging database over a flaky connection"
+)
+WORDS = TEXT.split(" ")
+
+
+def sentence(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def make_turns(turns: int, profile: str, seed: int = 7) -> list[list[list[Item]]]:
+    """Per turn, the item lists of its add_items calls (as the Runner makes them)."""
+    rng = random.Random(seed)
+    out: list[list[list[Item]]] = []
+    for t in range(turns):
+        calls: list[list[Item]] = [[{"role": "user", "content": sentence(rng, rng.randint(8, 40))}]]
+        if profile == "tools" and t % 2 == 0:
+            call_id = f"call_{t:06d}"
+            rows = [
+                {
+                    "id": i,
+                    "status": rng.choice(["ok", "failed", "skipped"]),
+                    "detail": sentence(rng, 6),
+                }
+                for i in range(rng.randint(20, 70))
+            ]
+            calls.append(
+                [
+                    {
+                        "id": f"fc_{t:06d}",
+                        "type": "function_call",
+                        "call_id": call_id,
+                        "name": "query_ci",
+                        "arguments": json.dumps({"job": t, "verbose": True}),
+                        "status": "completed",
+                    },
+                    {
+                        "type": "function_call_output",
+                        "call_id": call_id,
+                        "output": json.dumps({"rows": rows}),
+                    },
+                ]
+            )
+        calls.append(
+            [
+                {
+                    "id": f"msg_{t:06d}",
+                    "type": "message",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [
+                        {
+                            "type": "output_text",
+                            "text": sentence(rng, rng.randint(20, 120)),
+                            "annotations": [],
+                            "logprobs": [],
+                        }
+                    ],
+                }
+            ]
+        )
+        out.append(calls)
+    return out
+
+
+def du(path: Path) -> int:
+    """Allocated bytes under `path` (what `du` reports), directories included."""
+    if path.is_file():
+        return os.stat(path).st_blocks * 512
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        total += os.stat(dirpath).st_blocks * 512
+        for name in files:
+            total += os.stat(os.path.join(dirpath, name)).st_blocks * 512
+    return total
+
+
+def apparent(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def json_bytes(turns: list[list[list[Item]]]) -> int:
+    return sum(len(json.dumps(i)) for calls in turns for items in calls for i in items)
+
+
+class Side:
+    """One store under test: a session factory and where its bytes live."""
+
+    def __init__(self, name: str, base: Path):
+        self.name = name
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=base))
+
+    def open(self, sid: str) -> Any:
+        if self.name == "journal":
+            return JournalSession(sid, self.dir / "store")
+        return SQLiteSession(sid, self.dir / "sessions.db")
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+async def timed(fn: Callable[[], Awaitable[Any]]) -> float:
+    start = time.perf_counter()
+    await fn()
+    return time.perf_counter() - start
+
+
+async def grow(session: Any, turns: list[list[list[Item]]]) -> tuple[list[float], list[float]]:
+    per_call: list[float] = []
+    per_turn: list[float] = []
+    for calls in turns:
+        total = 0.0
+        for items in calls:
+            t = await timed(lambda items=items: session.add_items(items))
+            per_call.append(t)
+            total += t
+        per_turn.append(total)
+    return per_call, per_turn
+
+
+async def deep_page_sqlite(session: SQLiteSession, before_id: int, limit: int) -> list[Any]:
+    def run() -> list[Any]:
+        conn = sqlite3.connect(str(session.db_path))
+        try:
+            rows = conn.execute(
+                f"SELECT id, message_data FROM {session.messages_table} "
+                "WHERE session_id = ? AND id < ? ORDER BY id DESC LIMIT ?",
+                (session.session_id, before_id, limit),
+            ).fetchall()
+        finally:
+            conn.close()
+        return [json.loads(r[1]) for r in rows]
+
+    return await asyncio.to_thread(run)
+
+
+async def measure(side: Side, turns: list[list[list[Item]]], reads: int) -> dict[str, Any]:
+    sid = "bench-session"
+    s = side.open(sid)
+    res: dict[str, Any] = {}
+    per_call, per_turn = await grow(s, turns)
+    res["add_call"] = statistics.median(per_call)
+    res["add_turn"] = statistics.median(per_turn)
+    res["add_p95"] = statistics.quantiles(per_call, n=20)[-1]
+    n_items = len(await s.get_items())
+    res["items"] = n_items
+    res["get50"] = statistics.median([await timed(lambda: s.get_items(50)) for _ in range(reads)])
+    res["get_all"] = statistics.median(
+        [await timed(lambda: s.get_items()) for _ in range(max(3, reads // 10))]
+    )
+    # A page of 50 items about halfway down the history.
+    if side.name == "journal":
+        page = await s.get_items_page(n_items // 2)
+        cursor = page.next_before
+
+        async def deep() -> Any:
+            return await s.get_items_page(50, before=cursor)
+    else:
+        conn = sqlite3.connect(str(s.db_path))
+        ids = [
+            r[0]
+            for r in conn.execute(
+                f"SELECT id FROM {s.messages_table} WHERE session_id = ? ORDER BY id",
+                (sid,),
+            )
+        ]
+        conn.close()
+        before_id = ids[len(ids) - n_items // 2]
+
+        async def deep() -> Any:
+            return await deep_page_sqlite(s, before_id, 50)
+
+    res["deep50"] = statistics.median([await timed(deep) for _ in range(reads)])
+    # Disk while open (SQLite: db + WAL + shm), then pops, then after close.
+    res["disk_open"] = du(side.dir)
+    pops = [await timed(lambda: s.pop_item()) for _ in range(min(50, n_items))]
+    res["pop"] = statistics.median(pops)
+    s.close()
+    res["disk_closed"] = du(side.dir)
+    res["apparent_closed"] = apparent(side.dir)
+    return res
+
+
+async def disk_only(side: Side, turns: list[list[list[Item]]]) -> dict[str, int]:
+    s = side.open("bench-session")
+    for calls in turns:
+        for items in calls:
+            await s.add_items(items)
+    open_bytes = du(side.dir)
+    s.close()
+    return {
+        "disk_open": open_bytes,
+        "disk_closed": du(side.dir),
+        "apparent_closed": apparent(side.dir),
+    }
+
+
+def fmt_t(s: float) -> str:
+    return f"{s * 1e6:8.0f} us" if s < 0.01 else f"{s * 1e3:8.2f} ms"
+
+
+def fmt_b(b: float) -> str:
+    return f"{b / KIB / KIB:8.2f} MiB" if b >= KIB * KIB else f"{b / KIB:8.1f} KiB"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="300 turns for latency (1,000 for bytes)")
+    ap.add_argument("--turns", type=int, default=None, help="turns for the latency runs")
+    ap.add_argument("--reps", type=int, default=None, help="alternating repetitions")
+    ap.add_argument("--dir", type=Path, default=HERE / "out", help="where to make stores")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    turns_n = args.turns or (300 if args.quick else 1000)
+    reps = args.reps or (1 if args.quick else 3)
+    reads = 30 if args.quick else 100
+    args.dir.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"turns": turns_n, "reps": reps}
+
+    for profile in ("chat", "tools"):
+        turns = make_turns(turns_n, profile)
+        runs: dict[str, list[dict[str, Any]]] = {"journal": [], "sqlite": []}
+        for rep in range(reps):
+            order = ("journal", "sqlite") if rep % 2 == 0 else ("sqlite", "journal")
+            for name in order:
+                side = Side(name, args.dir)
+                try:
+                    print(
+                        f"[{profile}] {name}: {turns_n} turns (rep {rep + 1}/{reps})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    runs[name].append(asyncio.run(measure(side, turns, reads)))
+                finally:
+                    side.cleanup()
+        # bytes after exactly 1,000 turns
+        turns_1k = turns if turns_n == 1000 else make_turns(1000, profile)
+        disk: dict[str, dict[str, int]] = {}
+        for name in ("journal", "sqlite"):
+            side = Side(name, args.dir)
+            try:
+                print(f"[{profile}] {name}: bytes after 1,000 turns", file=sys.stderr, flush=True)
+                disk[name] = asyncio.run(disk_only(side, turns_1k))
+            finally:
+                side.cleanup()
+
+        def med(name: str, key: str, runs: dict[str, list[dict[str, Any]]] = runs) -> float:
+            return statistics.median(r[key] for r in runs[name])
+
+        rows = [
+            ("add_items, per call (median)", "add_call"),
+            ("add_items, per call (p95)", "add_p95"),
+            ("add_items, per turn (median)", "add_turn"),
+            ("get_items(limit=50), long session", "get50"),
+            ("get_items() (all), long session", "get_all"),
+            ("page of 50, halfway down the history", "deep50"),
+            ("pop_item, long session", "pop"),
+        ]
+        items = runs["journal"][0]["items"]
+        print(
+            f"\n== profile {profile!r}: {turns_n} turns, {items} items, "
+            f"{fmt_b(json_bytes(turns)).strip()} of item JSON =="
+        )
+        print(f"{'workload':40} {'journal':>12} {'SQLite':>12} {'SQLite/journal':>15}")
+        section: dict[str, Any] = {}
+        for label, key in rows:
+            j, q = med("journal", key), med("sqlite", key)
+            print(f"{label:40} {fmt_t(j):>12} {fmt_t(q):>12} {q / j:14.2f}x")
+            section[key] = {"journal": j, "sqlite": q, "ratio": q / j}
+        json1k = json_bytes(turns_1k)
+        print(f"bytes on disk after 1,000 turns ({fmt_b(json1k).strip()} of item JSON):")
+        for label, key in (
+            ("  while open (SQLite: db + WAL + shm)", "disk_open"),
+            ("  after close (du)", "disk_closed"),
+            ("  after close (file sizes)", "apparent_closed"),
+        ):
+            j, q = disk["journal"][key], disk["sqlite"][key]
+            print(f"{label:40} {fmt_b(j):>12} {fmt_b(q):>12} {q / j:14.2f}x")
+            section[key] = {"journal": j, "sqlite": q, "ratio": q / j}
+        section["item_json_bytes_1k"] = json1k
+        report[profile] = section
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
