@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -95,7 +96,11 @@ class Tree:
             pending: set[str] = set()
             for _, intent in self.intents():
                 pending.update(intent.session_dirs)
-            self._pending, self._pending_mtime = pending, mtime
+            # A directory's mtime can stay the same across changes made within one
+            # clock tick (coarse timestamps). Like git's "racy" index entries, a
+            # listing taken within a second of the mtime is not trusted next time.
+            racy = time.time_ns() - mtime < 1_000_000_000
+            self._pending, self._pending_mtime = pending, -1 if racy else mtime
         return self._pending
 
     def intents(self) -> list[tuple[str, DeleteIntent]]:
