@@ -21,6 +21,8 @@ from .errors import LockTimeoutError, StorageError
 
 _HOLDER_WIDTH = 160
 _HOST = socket.gethostname()
+# Combined once: enum arithmetic on every commit costs more than the flock itself.
+_EXCLUSIVE_NOW = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
 
 
 class FileLock:
@@ -47,9 +49,7 @@ class FileLock:
         delay = 0.0005
         while True:
             try:
-                portalocker.lock(
-                    fd, portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
-                )
+                portalocker.lock(fd, _EXCLUSIVE_NOW)
                 break
             except portalocker.exceptions.LockException as exc:
                 if time.monotonic() >= deadline:
@@ -89,9 +89,7 @@ class FileLock:
         """Take the lock if free, without waiting."""
         fd = self._open()
         try:
-            portalocker.lock(
-                fd, portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
-            )
+            portalocker.lock(fd, _EXCLUSIVE_NOW)
         except portalocker.exceptions.LockException:
             return False
         return True
