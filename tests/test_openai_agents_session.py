@@ -421,14 +421,14 @@ async def test_damaged_bytes_on_disk_are_reported(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------- compare-and-set pops
 @pytest.mark.asyncio
-async def test_pops_from_two_store_objects_never_take_one_item_twice(tmp_path: Path) -> None:
+async def test_pops_from_three_store_objects_never_take_one_item_twice(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    a = JournalSession("race", root, durability="os")
-    b = JournalSession("race", root, durability="os")
-    # separate locks, as two processes would have: only the store's sequence rule
-    # (the compare-and-set) keeps the pops apart
-    b._lock = threading.Lock()
-    await a.add_items(msgs(*(f"m{i}" for i in range(40))))
+    sessions = [JournalSession("race", root, durability="os") for _ in range(3)]
+    # separate in-process locks, as three processes would have: only the lock on
+    # the session directory keeps their pops apart
+    for s in sessions[1:]:
+        s._lock = threading.Lock()
+    await sessions[0].add_items(msgs(*(f"m{i}" for i in range(60))))
 
     def popper(sess: JournalSession, out: list[Any]) -> None:
         loop = asyncio.new_event_loop()
@@ -436,14 +436,16 @@ async def test_pops_from_two_store_objects_never_take_one_item_twice(tmp_path: P
             out.append(loop.run_until_complete(sess.pop_item()))
         loop.close()
 
-    got_a: list[Any] = []
-    got_b: list[Any] = []
-    ta = threading.Thread(target=popper, args=(a, got_a))
-    tb = threading.Thread(target=popper, args=(b, got_b))
-    ta.start(), tb.start()
-    ta.join(), tb.join()
-    popped = contents([x for x in got_a + got_b if x is not None])
-    assert len(popped) == 30 and len(set(popped)) == 30
-    left = contents(await a.get_items())
-    assert left == [f"m{i}" for i in range(10)]
-    a.close(), b.close()
+    outs: list[list[Any]] = [[], [], []]
+    threads = [
+        threading.Thread(target=popper, args=(s, o)) for s, o in zip(sessions, outs, strict=True)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    popped = contents([x for out in outs for x in out if x is not None])
+    assert len(popped) == 45 and len(set(popped)) == 45
+    assert contents(await sessions[1].get_items()) == [f"m{i}" for i in range(15)]
+    for s in sessions:
+        s.close()

@@ -13,21 +13,25 @@ Representation (see docs/openai-agents.md):
   "items": [...]}` (one record that is its own commit: atomic, durable when the
   call returns). The event sequence plus the index inside the batch is the
   item's stable position.
-- `pop_item()` appends a tombstone `{"type": "agents.pop", "target": [depth,
-  sequence, index]}` naming exactly the item it returned, in a checkpoint save
-  whose sequence is the session's mutation counter (so two concurrent pops, even
-  from two processes, cannot both take the same item: the second save fails the
-  store's sequence rule and is retried against the new state).
-- `clear_session()` appends `{"type": "agents.clear"}` the same way: items
-  before it are no longer part of the conversation (bytes are kept; `delete()`
-  erases the session and its branches).
+- `pop_item()` appends a tombstone event `{"type": "agents.pop", "target":
+  [depth, sequence, index]}` naming exactly the item it returned. Pops and
+  clears of one session are serialized across processes by an `flock` on the
+  session directory (adds need no lock: a tombstone names its item, so an add
+  racing with a pop cannot change what the pop removed).
+- `clear_session()` saves a checkpoint with the event `{"type": "agents.clear"}`:
+  items before it are no longer part of the conversation (the bytes are kept, and
+  `journal ls` shows the clear; `delete()` erases the session and its branches).
 - `branch()` is a journal `fork`: the child starts with no items of its own and
   reads its ancestors' items up to the branch point (recorded in the child's
   checkpoint metadata), so a branch costs the same at any history length.
 
-Reading pages the event journal newest first (`event_page`), so the cost of
-`get_items(limit)` and of a page deep in a long history is what the answer
-costs, not what the history costs.
+Reading pages the event journal newest first (`event_page`), so reading the
+newest items or a page deep in a long history costs what the answer costs, not
+what the history costs. Each `JournalSession` also keeps the newest live items
+(encoded, up to `cache_bytes`) and brings them up to date from the log at the
+start of every call (one `events_after` read when nothing changed), so repeated
+reads, as the Runner makes every turn, do not go back to the log. The SDK itself
+is needed only for the Runner: this module imports without it.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from journal.errors import (
     ContractViolationError,
     CorruptionError,
     InvalidInputError,
-    JournalError,
+    LockTimeoutError,
     NotFoundError,
     StorageError,
 )
@@ -75,6 +79,13 @@ CLEAR = "agents.clear"
 
 META_KEY = "journal.openai_agents"
 """Checkpoint metadata key: `{"v": 1, "chain": [[session_id, seq, index, events], ...]}`."""
+
+try:
+    import fcntl as _fcntl_module
+
+    _fcntl: Any = _fcntl_module
+except ImportError:  # pragma: no cover - Windows
+    _fcntl = None
 
 _T = TypeVar("_T")
 # (depth in the chain, event sequence, index in the batch); newest first is
@@ -133,6 +144,59 @@ class _Cache:
     extendable: bool = True
     boundary: Key = (0, 0, _ALL)
     tombs: list[tuple[int, int, Key]] = field(default_factory=list)
+
+
+class _DirLock:
+    """An exclusive `flock` on a session directory, held across one pop or clear.
+
+    Enters with False when the session does not exist. The directory is checked
+    again after locking, so a session deleted and created anew is never locked
+    through its old directory. Without `fcntl` (Windows) only this process's lock
+    applies.
+    """
+
+    def __init__(self, path: str, timeout: float):
+        self.path = path
+        self.timeout = timeout
+        self.fd: int | None = None
+
+    def __enter__(self) -> bool:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return False
+            except OSError as exc:
+                raise StorageError(f"cannot open session directory {self.path}: {exc}") from exc
+            try:
+                if _fcntl is not None:
+                    while True:
+                        try:
+                            _fcntl.flock(fd, _fcntl.LOCK_EX | _fcntl.LOCK_NB)
+                            break
+                        except BlockingIOError:
+                            if time.monotonic() > deadline:
+                                raise LockTimeoutError(
+                                    f"pop/clear lock of {self.path} not free after {self.timeout} s"
+                                ) from None
+                            time.sleep(0.001)
+                try:
+                    same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+                except FileNotFoundError:
+                    same = False
+            except BaseException:
+                os.close(fd)
+                raise
+            if same:
+                self.fd = fd
+                return True
+            os.close(fd)  # replaced meanwhile: lock the new one
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # releases the flock
+            self.fd = None
 
 
 @dataclass
@@ -488,62 +552,52 @@ class JournalSession:
                 raise
             self.store.append_event(self.session_id, now, event)
 
-    def _mutate(self, choose: Callable[[_Cache], dict[str, Any] | None]) -> None:
-        """Commit one tombstone event with the checkpoint sequence as compare-and-set.
-
-        `choose` sees the up-to-date cache and returns the event message (None:
-        nothing to do). If another writer committed a pop or clear meanwhile, the
-        store rejects the sequence and this retries against the new state.
-        """
-        for _attempt in range(100):
-            # The checkpoint first: a pop or clear committed after this load moves the
-            # sequence, so the save below fails and the choice is made again.
-            cp = self.store.load(self.session_id)
-            if cp is None:
-                return
-            c = self._sync()
-            msg = choose(c)
-            if msg is None:
-                return
-            nxt = msgspec.structs.replace(cp, sequence=cp.sequence + 1)
-            ev = TimestampedEvent(recorded_at_ms=_now_ms(), event=Event(msg=msg))
-            try:
-                [jev] = self.store.save_with_events(nxt, (), None, [ev])
-            except ContractViolationError:
-                again = self.store.load(self.session_id)
-                if again is None or again.sequence == cp.sequence:
-                    raise
-                continue
-            if (
-                jev.sequence == c.latest + 1
-                and self._c is c
-                and not self._apply(c, jev.sequence, msg)
-            ):
-                self._c = None
-            return
-        raise JournalError(  # pragma: no cover - needs 100 lost races in a row
-            f"session {self.session_id!r}: gave up after 100 conflicting concurrent writes"
-        )
+    def _exclusive(self) -> _DirLock:
+        return _DirLock(self.store.session_dir(self.session_id), self.store.options.lock_timeout)
 
     def _pop(self) -> Any:
-        popped: list[Any] = []
-
-        def choose(c: _Cache) -> dict[str, Any] | None:
-            popped.clear()
+        # Pops and clears of one session are serialized across processes by a lock on
+        # its directory (adds need not be: a tombstone names exactly the item it
+        # removes, so an add racing with a pop cannot change what the pop took).
+        with self._exclusive() as exists:
+            if not exists:
+                return None
+            c = self._sync()
             newest = self._newest(c)
             if newest is None:
                 return None
-            popped.append(newest[1])
-            return {"type": POP, "target": list(newest[0])}
-
-        self._mutate(choose)
-        return popped[0] if popped else None
+            key, item = newest
+            msg = {"type": POP, "target": list(key)}
+            try:
+                jev = self.store.append_event(self.session_id, _now_ms(), Event(msg=msg))
+            except NotFoundError:  # deleted meanwhile
+                self._c = None
+                return None
+            # (Another writer's event in between: the next sync applies both.)
+            if (
+                self._c is c
+                and jev.sequence == c.latest + 1
+                and not self._apply(c, jev.sequence, msg)
+            ):
+                self._c = None
+            return item
 
     def _clear(self) -> None:
-        def choose(c: _Cache) -> dict[str, Any] | None:
-            return None if self._newest(c) is None else {"type": CLEAR}
-
-        self._mutate(choose)
+        # A checkpoint save (not a bare event), so the catalog (`journal ls`) shows
+        # when the conversation was cleared.
+        with self._exclusive() as exists:
+            if not exists:
+                return
+            cp = self.store.load(self.session_id)
+            c = self._sync()
+            if cp is None or self._newest(c) is None:
+                return
+            msg: dict[str, Any] = {"type": CLEAR}
+            ev = TimestampedEvent(recorded_at_ms=_now_ms(), event=Event(msg=msg))
+            nxt = msgspec.structs.replace(cp, sequence=cp.sequence + 1)
+            [jev] = self.store.save_with_events(nxt, (), None, [ev])
+            if self._c is c and jev.sequence == c.latest + 1:
+                self._apply(c, jev.sequence, msg)
 
     def _latest(self, limit: int | None) -> list[Any]:
         c = self._sync()
