@@ -45,7 +45,7 @@ from .index import (
     IndexDoubtError,
 )
 from .locks import FileLock
-from .log import KIND_SESSION, SEGMENT_SUFFIX, Log, ScanState
+from .log import KIND_SESSION, Log, ScanState
 from .metafile import KIND_IDENTITY, KIND_SNAPSHOT, read_meta, write_meta
 from .payloads import (
     COMMIT_SAVE,
@@ -216,22 +216,18 @@ class Session:
         open(os.path.join(directory, LOCK_FILE), "ab").close()
 
     @staticmethod
-    def seal(directory: str, *, log_synced: bool) -> None:
+    def seal(directory: str) -> None:
         """Make a directory from `build` durable before it is published by rename.
 
-        `log_synced`: the first commit was fdatasynced (durable mode), which also
-        covers the segment header written before it. Every directory is synced
+        The segment needs no sync here: the caller has closed the Session that wrote
+        the first commit, and `Log.close` fdatasyncs what its writer wrote (in "os"
+        mode too), which also covers the segment header. Every directory is synced
         after all its entries exist: syncing the session directory before `log/`
         existed once let a power loss leave a session without its log (found by
         tests/test_lost_writes.py).
         """
         fsio.sync_path(os.path.join(directory, IDENTITY_FILE))
-        log_dir = os.path.join(directory, LOG_DIR)
-        if not log_synced:
-            for name in sorted(os.listdir(log_dir)):
-                if name.endswith(SEGMENT_SUFFIX):
-                    fsio.sync_path(os.path.join(log_dir, name))
-        fsio.sync_dir(log_dir)
+        fsio.sync_dir(os.path.join(directory, LOG_DIR))
         fsio.sync_dir(directory)
 
     # ------------------------------------------------------------ cache loading

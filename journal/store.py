@@ -425,12 +425,12 @@ class Store:
             first = Session(tmp, cp.session_id, self.options)
             try:
                 journal = first.save(cp, items, rec, evs, now=now)
-                first.flush_caches()
             finally:
-                first.close()
-            # No sync of tmp/ itself: the rename moves the directory, and syncing
-            # its destination's parent afterwards is what makes the entry durable.
-            Session.seal(tmp, log_synced=self.options.durable)
+                first.close()  # syncs the log (see Session.seal)
+            # No cache files: the first open rebuilds them from one commit, for less
+            # than writing them here costs. No sync of tmp/ itself: the rename moves
+            # the directory, and syncing its new parent afterwards makes it durable.
+            Session.seal(tmp)
             try:
                 fsio.rename(tmp, path)
             except StorageError:
@@ -888,10 +888,9 @@ class Store:
             child = Session(tmp, cp.session_id, self.options)
             try:
                 child.save(cp, list(cp.context), None, [], now=now)
-                child.flush_caches()
             finally:
-                child.close()
-            Session.seal(tmp, log_synced=self.options.durable)
+                child.close()  # syncs the log (see Session.seal)
+            Session.seal(tmp)
             fsio.rename(tmp, path)
             fsio.sync_dir(os.path.dirname(path))
             sess = self._session(cp.session_id)
