@@ -624,20 +624,29 @@ class JournalSession:
                 return len(c.keys)
             return bisect.bisect_left(c.keys, _sk(key), key=_sk)
 
-        p = position()
-        while p < limit + 1 and not c.complete and c.extendable:
-            self._extend(c, len(c.keys) + limit + 1 - p)
+        # The cache answers when the page lies in (or right below) what it holds;
+        # a cursor deeper than that is resumed on the log directly (O(page)),
+        # without loading everything above it.
+        if (
+            c.complete
+            or key is None
+            or (c.extendable and not _older(key, c.boundary))
+            or (c.keys and not _older(key, c.keys[0]))
+        ):
             p = position()
-        if p >= limit + 1 or c.complete:
-            lo = max(0, p - limit)
-            keys = c.keys[lo:p][::-1]
-            page = ItemPage(items=_decode_all(c.vals[lo:p])[::-1])
-            page.cursors = [
-                self._encode_cursor(c.latest, k, sorted(self._pending_at(c, k))) for k in keys
-            ]
-            if lo > 0:
-                page.next_before = page.cursors[-1]
-            return page
+            while p < limit + 1 and not c.complete and c.extendable:
+                self._extend(c, len(c.keys) + limit + 1 - p)
+                p = position()
+            if p >= limit + 1 or c.complete:
+                lo = max(0, p - limit)
+                keys = c.keys[lo:p][::-1]
+                page = ItemPage(items=_decode_all(c.vals[lo:p])[::-1])
+                page.cursors = [
+                    self._encode_cursor(c.latest, k, sorted(self._pending_at(c, k))) for k in keys
+                ]
+                if lo > 0:
+                    page.next_before = page.cursors[-1]
+                return page
         return self._disk_page(c, limit, cursor)
 
     def _disk_page(
