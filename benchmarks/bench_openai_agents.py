@@ -46,7 +46,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from agents import SQLiteSession  # noqa: E402
 
-from journal.integrations.openai_agents import JournalSession  # noqa: E402
+from journal.integrations.openai_agents import JournalSession, drop_caches  # noqa: E402
 
 Item = dict[str, Any]
 KIB = 1024
@@ -173,17 +173,15 @@ async def grow(session: Any, turns: list[list[list[Item]]]) -> tuple[list[float]
     return per_call, per_turn
 
 
-async def deep_page_sqlite(session: SQLiteSession, before_id: int, limit: int) -> list[Any]:
+async def deep_page_sqlite(
+    conn: sqlite3.Connection, session: SQLiteSession, before_id: int, limit: int
+) -> list[Any]:
     def run() -> list[Any]:
-        conn = sqlite3.connect(str(session.db_path))
-        try:
-            rows = conn.execute(
-                f"SELECT id, message_data FROM {session.messages_table} "
-                "WHERE session_id = ? AND id < ? ORDER BY id DESC LIMIT ?",
-                (session.session_id, before_id, limit),
-            ).fetchall()
-        finally:
-            conn.close()
+        rows = conn.execute(
+            f"SELECT id, message_data FROM {session.messages_table} "
+            "WHERE session_id = ? AND id < ? ORDER BY id DESC LIMIT ?",
+            (session.session_id, before_id, limit),
+        ).fetchall()
         return [json.loads(r[1]) for r in rows]
 
     return await asyncio.to_thread(run)
@@ -210,8 +208,22 @@ async def measure(side: Side, turns: list[list[list[Item]]], reads: int) -> dict
 
         async def deep() -> Any:
             return await s.get_items_page(50, before=cursor)
+
+        # A fresh session object per request (e.g. a web server), one store per
+        # process: it shares the process's cache of the session.
+        async def fresh50() -> Any:
+            return await JournalSession(sid, s.store).get_items(50)
+
+        # The first read of the session in a process: nothing cached.
+        async def cold50() -> Any:
+            drop_caches()
+            return await JournalSession(sid, s.store).get_items(50)
+
+        async def cold_deep() -> Any:
+            drop_caches()
+            return await JournalSession(sid, s.store).get_items_page(50, before=cursor)
     else:
-        conn = sqlite3.connect(str(s.db_path))
+        conn = sqlite3.connect(str(s.db_path), check_same_thread=False)
         ids = [
             r[0]
             for r in conn.execute(
@@ -219,13 +231,37 @@ async def measure(side: Side, turns: list[list[list[Item]]], reads: int) -> dict
                 (sid,),
             )
         ]
-        conn.close()
         before_id = ids[len(ids) - n_items // 2]
 
         async def deep() -> Any:
-            return await deep_page_sqlite(s, before_id, 50)
+            return await deep_page_sqlite(conn, s, before_id, 50)
+
+        async def fresh50() -> Any:
+            fresh = SQLiteSession(sid, s.db_path)
+            try:
+                return await fresh.get_items(50)
+            finally:
+                fresh.close()
+
+        cold50 = fresh50  # a new SQLiteSession opens a new connection: nothing cached
+
+        async def cold_deep() -> Any:
+            fresh = SQLiteSession(sid, s.db_path)
+            try:
+                c = sqlite3.connect(str(s.db_path), check_same_thread=False)
+                try:
+                    return await deep_page_sqlite(c, fresh, before_id, 50)
+                finally:
+                    c.close()
+            finally:
+                fresh.close()
 
     res["deep50"] = statistics.median([await timed(deep) for _ in range(reads)])
+    res["fresh50"] = statistics.median([await timed(fresh50) for _ in range(reads)])
+    res["cold50"] = statistics.median([await timed(cold50) for _ in range(reads)])
+    res["cold_deep50"] = statistics.median([await timed(cold_deep) for _ in range(reads)])
+    if side.name != "journal":
+        conn.close()
     # Disk while open (SQLite: db + WAL + shm), then pops, then after close.
     res["disk_open"] = du(side.dir)
     pops = [await timed(lambda: s.pop_item()) for _ in range(min(50, n_items))]
@@ -236,17 +272,38 @@ async def measure(side: Side, turns: list[list[list[Item]]], reads: int) -> dict
     return res
 
 
-async def disk_only(side: Side, turns: list[list[list[Item]]]) -> dict[str, int]:
-    s = side.open("bench-session")
+def used(path: Path) -> int:
+    """File bytes without the zeros journal preallocates at the end of its newest
+    segments (written ahead so a commit's fdatasync need not persist a new size)."""
+    total = 0
+    for p in path.rglob("*"):
+        if not p.is_file():
+            continue
+        size = p.stat().st_size
+        if p.suffix == ".seg":
+            size = len(p.read_bytes().rstrip(b"\0"))
+        total += size
+    return total
+
+
+async def disk_only(side: Side, turns: list[list[list[Item]]], sessions: int = 1) -> dict[str, int]:
+    opened = [side.open(f"bench-session-{k}") for k in range(sessions)]
+    if side.name == "journal" and sessions > 1:  # one store per process, as documented
+        for k, sess in enumerate(opened[1:], start=1):
+            sess.close()
+            opened[k] = JournalSession(f"bench-session-{k}", opened[0].store)
     for calls in turns:
         for items in calls:
-            await s.add_items(items)
+            for sess in opened:
+                await sess.add_items(items)
     open_bytes = du(side.dir)
-    s.close()
+    for sess in reversed(opened):
+        sess.close()
     return {
         "disk_open": open_bytes,
         "disk_closed": du(side.dir),
         "apparent_closed": apparent(side.dir),
+        "used_closed": used(side.dir),
     }
 
 
@@ -260,7 +317,9 @@ def fmt_b(b: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="300 turns for latency (1,000 for bytes)")
+    ap.add_argument(
+        "--quick", action="store_true", help="300 turns for latency (1,000 for bytes), 1 rep"
+    )
     ap.add_argument("--turns", type=int, default=None, help="turns for the latency runs")
     ap.add_argument("--reps", type=int, default=None, help="alternating repetitions")
     ap.add_argument("--dir", type=Path, default=HERE / "out", help="where to make stores")
@@ -309,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
             ("get_items(limit=50), long session", "get50"),
             ("get_items() (all), long session", "get_all"),
             ("page of 50, halfway down the history", "deep50"),
+            ("new session object: get_items(50)", "fresh50"),
+            ("nothing cached: get_items(50)", "cold50"),
+            ("nothing cached: page of 50, halfway", "cold_deep50"),
             ("pop_item, long session", "pop"),
         ]
         items = runs["journal"][0]["items"]
@@ -328,12 +390,40 @@ def main(argv: list[str] | None = None) -> int:
             ("  while open (SQLite: db + WAL + shm)", "disk_open"),
             ("  after close (du)", "disk_closed"),
             ("  after close (file sizes)", "apparent_closed"),
+            ("  after close (without preallocation)", "used_closed"),
         ):
             j, q = disk["journal"][key], disk["sqlite"][key]
             print(f"{label:40} {fmt_b(j):>12} {fmt_b(q):>12} {q / j:14.2f}x")
             section[key] = {"journal": j, "sqlite": q, "ratio": q / j}
         section["item_json_bytes_1k"] = json1k
         report[profile] = section
+
+    # The other shape: many short sessions (journal's per-session files and
+    # preallocated segment start weigh here; SQLite shares one file and one WAL).
+    n_sessions, short = (20, 5) if args.quick else (100, 10)
+    turns = make_turns(short, "chat")
+    disk = {}
+    for name in ("journal", "sqlite"):
+        side = Side(name, args.dir)
+        try:
+            print(f"[many] {name}: {n_sessions} sessions x {short} turns", file=sys.stderr)
+            disk[name] = asyncio.run(disk_only(side, turns, sessions=n_sessions))
+        finally:
+            side.cleanup()
+    print(
+        f"\n== {n_sessions} sessions of {short} chat turns each "
+        f"({fmt_b(n_sessions * json_bytes(turns)).strip()} of item JSON) =="
+    )
+    section = {}
+    for label, key in (
+        ("  while open (SQLite: db + WAL + shm)", "disk_open"),
+        ("  after close (du)", "disk_closed"),
+        ("  after close (without preallocation)", "used_closed"),
+    ):
+        j, q = disk["journal"][key], disk["sqlite"][key]
+        print(f"{label:40} {fmt_b(j):>12} {fmt_b(q):>12} {q / j:14.2f}x")
+        section[key] = {"journal": j, "sqlite": q, "ratio": q / j}
+    report["many_sessions"] = section
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 0

@@ -21,6 +21,7 @@ from agents.memory import Session, SessionSettings
 
 import journal
 from journal import CorruptionError, Event, InvalidInputError, NotFoundError
+from journal.integrations import openai_agents as oa
 from journal.integrations.openai_agents import ITEMS, JournalSession
 
 Factory = Callable[..., JournalSession]
@@ -284,6 +285,7 @@ async def test_cursor_stays_valid_across_adds_and_pops(make: Factory) -> None:
         # the same answer from this object and from a fresh one (which resumes the
         # cursor on the log: pops since the cursor was issued are applied exactly)
         got = contents((await s.get_items_page(n, before=cursor)).items)
+        oa.drop_caches()  # as in a new process: nothing cached
         fresh = contents((await make("cursor").get_items_page(n, before=cursor)).items)
         assert got == fresh
         return got
@@ -461,3 +463,22 @@ async def test_pops_from_three_store_objects_never_take_one_item_twice(tmp_path:
     assert contents(await sessions[1].get_items()) == [f"m{i}" for i in range(15)]
     for s in sessions:
         s.close()
+
+
+@pytest.mark.asyncio
+async def test_process_wide_cache_budget(make: Factory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(oa._CACHES, "budget", 1)  # every other session's cache is dropped
+    sessions = [make(f"budget-{k}") for k in range(3)]
+    expected: list[list[str]] = [[], [], []]
+    for i in range(12):
+        k = i % 3
+        await sessions[k].add_items(msgs(f"{k}.{i}"))
+        expected[k].append(f"{k}.{i}")
+        if i % 4 == 3:
+            popped = await sessions[(k + 1) % 3].pop_item()
+            if popped is not None:
+                assert popped["content"] == expected[(k + 1) % 3].pop()
+        fresh = make(f"budget-{(k + 2) % 3}")  # a new object shares (or rebuilds) the cache
+        assert contents(await fresh.get_items()) == expected[(k + 2) % 3]
+    for k in range(3):
+        assert contents(await sessions[k].get_items()) == expected[k]

@@ -44,6 +44,7 @@ import os
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -68,7 +69,7 @@ if TYPE_CHECKING:
     from agents.memory.session import Session
     from agents.memory.session_settings import SessionSettings
 
-__all__ = ["ITEMS", "POP", "CLEAR", "ItemPage", "JournalSession"]
+__all__ = ["CLEAR", "ITEMS", "POP", "ItemPage", "JournalSession", "drop_caches", "set_cache_budget"]
 
 ITEMS = "agents.items"
 """Event type of one `add_items` call: `{"type": ITEMS, "items": [...]}`."""
@@ -108,6 +109,66 @@ def _session_lock(root: str, session_id: str) -> threading.Lock:
         if lock is None:
             lock = _locks[(root, session_id)] = threading.Lock()
         return lock
+
+
+class _CacheRegistry:
+    """The item caches of this process, one per (store root, session id), least
+    recently used first; whole caches are dropped to stay within `budget` bytes."""
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self._guard = threading.Lock()
+        self._caches: OrderedDict[tuple[str, str], _Cache] = OrderedDict()
+        self._sizes: dict[tuple[str, str], int] = {}
+        self._total = 0
+
+    def get(self, key: tuple[str, str]) -> _Cache | None:
+        with self._guard:
+            c = self._caches.get(key)
+            if c is not None:
+                self._caches.move_to_end(key)
+            return c
+
+    def put(self, key: tuple[str, str], c: _Cache | None) -> None:
+        with self._guard:
+            self._total -= self._sizes.pop(key, 0)
+            self._caches.pop(key, None)
+            if c is not None:
+                self._caches[key] = c
+                self._sizes[key] = c.nbytes
+                self._total += c.nbytes
+
+    def account(self, key: tuple[str, str]) -> None:
+        """Record a cache's new size; drop least recently used caches over budget."""
+        with self._guard:
+            c = self._caches.get(key)
+            if c is None:
+                return
+            self._total += c.nbytes - self._sizes.get(key, 0)
+            self._sizes[key] = c.nbytes
+            while self._total > self.budget and len(self._caches) > 1:
+                old, _ = self._caches.popitem(last=False)
+                self._total -= self._sizes.pop(old, 0)
+
+
+CACHE_BUDGET = 128 << 20
+"""Bytes of encoded items all `JournalSession` caches of this process may hold."""
+
+_CACHES = _CacheRegistry(CACHE_BUDGET)
+
+
+def drop_caches() -> None:
+    """Forget every cached item of this process (the next read of a session goes to
+    its log, as in a new process)."""
+    global _CACHES
+    _CACHES = _CacheRegistry(_CACHES.budget)
+
+
+def set_cache_budget(nbytes: int) -> None:
+    """Change the process-wide cache budget (0 keeps only the session in use)."""
+    if not isinstance(nbytes, int) or nbytes < 0:
+        raise InvalidInputError("the cache budget must be a non-negative integer")
+    _CACHES.budget = nbytes
 
 
 @dataclass(frozen=True)
@@ -235,7 +296,7 @@ class JournalSession:
         *,
         session_settings: SessionSettings | None = None,
         owner_id: str = "local",
-        cache_bytes: int = 32 << 20,
+        cache_bytes: int = 16 << 20,
         **store_options: Any,
     ):
         validate_session_id(session_id)  # any non-blank string of at most 4 KiB
@@ -258,7 +319,8 @@ class JournalSession:
         if not isinstance(cache_bytes, int) or cache_bytes < 0:
             raise InvalidInputError("cache_bytes must be a non-negative integer")
         self.cache_bytes = cache_bytes
-        self._c: _Cache | None = None
+        self._key = (self.store.root, session_id)
+        self._tag = zlib.crc32(session_id.encode("utf-8", "surrogatepass"))  # in cursors
 
     # ------------------------------------------------------------ SDK protocol
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
@@ -348,6 +410,16 @@ class JournalSession:
         self.close()
 
     # --------------------------------------------------------------- internals
+    # The cache of a session is shared by every JournalSession of this process on
+    # it (a new object per request starts warm), under one process-wide budget.
+    @property
+    def _c(self) -> _Cache | None:
+        return _CACHES.get(self._key)
+
+    @_c.setter
+    def _c(self, c: _Cache | None) -> None:
+        _CACHES.put(self._key, c)
+
     def _check_open(self) -> None:
         if self._closed:
             raise InvalidInputError(f"JournalSession {self.session_id!r} is closed")
@@ -357,7 +429,10 @@ class JournalSession:
 
         def locked() -> _T:
             with self._lock:
-                return fn()
+                try:
+                    return fn()
+                finally:
+                    _CACHES.account(self._key)
 
         # The worker thread finishes a started commit even if the caller is cancelled.
         return await asyncio.to_thread(locked)
@@ -505,6 +580,8 @@ class JournalSession:
     def _pending_at(self, c: _Cache, key: Key) -> set[Key]:
         """Removals a scan resuming below `key` must still apply: targets below `key` of
         tombstones above it (empty unless a pop raced with an add from another process)."""
+        if not c.tombs:
+            return set()
         return {
             t
             for d, s, t in c.tombs
@@ -514,7 +591,7 @@ class JournalSession:
     def _newest(self, c: _Cache) -> tuple[Key, Any] | None:
         """The newest live item, or None."""
         if not c.keys and not c.complete:
-            self._extend(c, 1)
+            self._extend(c, 32)  # read ahead: pops in a row stay O(1) each
             if not c.keys and not c.complete:  # beyond the cache budget: ask the disk
                 for key, item, _ in self._scan(c.chain, None, set(), want=1):
                     return key, item
@@ -831,8 +908,7 @@ class JournalSession:
         )
 
     def _encode_cursor(self, latest: int, key: Key, pending: Sequence[Key]) -> str:
-        tag = zlib.crc32(self.session_id.encode("utf-8", "surrogatepass"))
-        raw = _cursor_encode([tag, latest, *key, [list(p) for p in pending]])
+        raw = _cursor_encode([self._tag, latest, *key, [list(p) for p in pending]])
         return _CURSOR_PREFIX + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
     def _decode_cursor(self, cursor: str, depths: int) -> tuple[int, Key, list[Key]]:
@@ -847,7 +923,7 @@ class JournalSession:
             pending = [(int(a), int(b), int(c)) for a, b, c in pend]
         except (ValueError, TypeError, msgspec.DecodeError):
             raise bad from None
-        if tag != zlib.crc32(self.session_id.encode("utf-8", "surrogatepass")):
+        if tag != self._tag:
             raise bad
         if not all(_is_count(v) for v in (latest, depth, seq, index)) or depth >= depths:
             raise bad
