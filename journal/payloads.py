@@ -32,6 +32,14 @@ class TranscriptPayload(msgspec.Struct, array_like=True):
     items: list[msgspec.Raw]
 
 
+class TranscriptItemsPayload(msgspec.Struct, array_like=True):
+    """The same bytes as `TranscriptPayload`, items decoded at once (for pages)."""
+
+    sequence: int
+    created_at: int
+    items: list[Any]
+
+
 class ExecutionPayload(msgspec.Struct, array_like=True):
     sequence: int
     record: ExecutionRecord
@@ -64,6 +72,7 @@ _encoder = msgspec.msgpack.Encoder()
 encode = _encoder.encode
 checkpoint_decoder = msgspec.msgpack.Decoder(CheckpointPayload)
 transcript_decoder = msgspec.msgpack.Decoder(TranscriptPayload)
+transcript_items_decoder = msgspec.msgpack.Decoder(TranscriptItemsPayload)
 execution_decoder = msgspec.msgpack.Decoder(ExecutionPayload)
 event_decoder = msgspec.msgpack.Decoder(EventPayload)
 commit_decoder = msgspec.msgpack.Decoder(CommitPayload)

@@ -862,13 +862,14 @@ class Session:
         )
 
     def sparse_page(
-        self, kind: int, before: int | None, limit: int
+        self, kind: int, before: int | None, limit: int, decoder: Any = None
     ) -> tuple[list[Any], int | None]:
-        rtype, decoder = {
+        rtype, default = {
             KIND_TRANSCRIPTS: (TRANSCRIPT, payloads.transcript_decoder),
             KIND_EXECUTIONS: (EXECUTION, payloads.execution_decoder),
             KIND_CHECKPOINTS: (CHECKPOINT, payloads.checkpoint_decoder),
         }[kind]
+        decoder = decoder or default
 
         def run() -> tuple[list[Any], int | None]:
             with self._state_lock:
@@ -892,14 +893,13 @@ class Session:
     def transcript_page(
         self, before: int | None, limit: int
     ) -> tuple[list[TranscriptBatch], int | None]:
-        items, nxt = self.sparse_page(KIND_TRANSCRIPTS, before, limit)
+        # One decode per batch, items included (not one per item).
+        found, nxt = self.sparse_page(
+            KIND_TRANSCRIPTS, before, limit, payloads.transcript_items_decoder
+        )
         return [
-            TranscriptBatch(
-                sequence=p.sequence,
-                created_at=p.created_at,
-                items=[_decode_any(bytes(i)) for i in p.items],
-            )
-            for p in items
+            TranscriptBatch(sequence=p.sequence, created_at=p.created_at, items=p.items)
+            for p in found
         ], nxt
 
     def execution_page(

@@ -179,3 +179,14 @@ def test_real_store_files_start_with_documented_magics(tmp_path: Path) -> None:
     assert re.fullmatch(r"\d{20}\.seg", seg.name)
     assert seg.read_bytes()[:8] == log.SEGMENT_MAGIC
     assert (sess / "events.idx").read_bytes()[:8] == index.INDEX_MAGIC
+
+
+def test_page_decoder_reads_the_documented_transcript_layout() -> None:
+    """transcript_page decodes TranscriptPayload bytes with items in one go: same fields."""
+    plain = [f.name for f in msgspec.structs.fields(payloads.TranscriptPayload)]
+    at_once = [f.name for f in msgspec.structs.fields(payloads.TranscriptItemsPayload)]
+    assert plain == at_once
+    raw = payloads.encode(
+        payloads.TranscriptPayload(7, 1_700_000_000, [msgspec.Raw(payloads.encode({"a": [1]}))])
+    )
+    assert payloads.transcript_items_decoder.decode(raw).items == [{"a": [1]}]
