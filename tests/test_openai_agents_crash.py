@@ -34,7 +34,14 @@ KILLS = 30
 def test_acknowledged_adds_survive_sigkill(tmp_path: Path) -> None:
     root = str(tmp_path / "store")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["journal.integrations.openai_agents", "openai_agents_crash_child"])
+    # imported once by the fork server, not by each of the writers
+    ctx.set_forkserver_preload(
+        [
+            "agents.memory.session_settings",
+            "journal.integrations.openai_agents",
+            "openai_agents_crash_child",
+        ]
+    )
     rng = random.Random(1234)
     acked: dict[int, list[tuple[int, int]]] = {}
     for tag in range(KILLS):
