@@ -1,6 +1,7 @@
 """LangGraph: the same graph on `SqliteSaver` and on `JournalSaver`, side by side.
 
     python benchmarks/bench_langgraph.py [--quick] [--steps N] [--json]
+                                         [--graph-durability async|sync|exit]
 
 The graph is a tool-using agent loop (scripted fake model -> ToolNode -> model
 -> ...) whose `messages` list grows by one message per step; one `invoke` runs
@@ -52,6 +53,7 @@ except ImportError:  # pragma: no cover
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from journal.integrations.langgraph import JournalSaver
 
+GRAPH_DURABILITY = "async"  # LangGraph's default; --graph-durability changes it
 FILLER = "The build failed because the linker could not find libssl; " * 4  # ~240 chars
 
 
@@ -128,7 +130,11 @@ def run_one(
         graph = build(steps).compile(checkpointer=saver)
         cfg: Any = {"configurable": {"thread_id": "bench"}, "recursion_limit": steps + 10}
         t0 = time.perf_counter()
-        graph.invoke({"messages": [HumanMessage(content="why is CI red?")], "steps": 0}, cfg)
+        graph.invoke(
+            {"messages": [HumanMessage(content="why is CI red?")], "steps": 0},
+            cfg,
+            durability=GRAPH_DURABILITY,  # type: ignore[arg-type]
+        )
         elapsed = time.perf_counter() - t0
         ids = [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg)]
         n_cp = len(ids)
@@ -169,7 +175,15 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="300 steps instead of 1000")
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--graph-durability",
+        choices=("async", "sync", "exit"),
+        default="async",
+        help="LangGraph's durability for invoke (default: async, LangGraph's default)",
+    )
     args = ap.parse_args()
+    global GRAPH_DURABILITY
+    GRAPH_DURABILITY = args.graph_durability
     if SqliteSaver is None:
         print(
             "bench_langgraph: langgraph-checkpoint-sqlite is not installed; "
@@ -185,7 +199,10 @@ def main() -> None:
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    print(f"LangGraph agent loop, {steps} steps, growing message list (~300 B per message)")
+    print(
+        f"LangGraph agent loop, {steps} steps, growing message list (~300 B per message),"
+        f" graph durability={GRAPH_DURABILITY}"
+    )
     for durable in (True, False):
         s = next(r for r in results if r["saver"] == "sqlite" and r["durable"] == durable)
         j = next(r for r in results if r["saver"] == "journal" and r["durable"] == durable)

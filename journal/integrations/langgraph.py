@@ -93,6 +93,7 @@ EV_WRITES = "langgraph_writes"
 EV_DELETE = "langgraph_delete"
 _PAGE = 256
 _MAX_INDEXES = 256
+_MAX_LATE = 48  # late events the fast path reads one by one before it gives up
 
 
 # ----------------------------------------------------------------------- encoding
@@ -196,6 +197,12 @@ class _Index:
     low: int = 1  # lowest covered event sequence (1: complete)
     high: int = 0  # highest covered event sequence
     high_mark: str | None = None  # fingerprint of the event at `high`
+    high_fp: _Fp | None = None  # the `fp` of the event at `high`
+    late_loaded: bool = False  # every late event below `low` is applied
+    # Islands read by the fast path below `low`: puts by event sequence, and the
+    # event ranges [a, b] whose every event is applied (writes, deletes) or here.
+    iputs: dict[int, _Put] = field(default_factory=dict)
+    iranges: list[tuple[int, int]] = field(default_factory=list)
     head: tuple[int, int, list[Any]] | None = None  # (seq, epoch, context) of the head
     # The list items of the last put: (object, attribute snapshot, stored item).
     ser_cache: list[tuple[Any, Any, Any]] = field(default_factory=list)
@@ -225,6 +232,74 @@ class _Index:
 def _mark(ev: JournalEvent) -> str:
     n = ev.event.msg.get("n")
     return f"{ev.sequence}:{ev.event.msg.get('type')}:{n if isinstance(n, str) else ''}"
+
+
+@dataclass(frozen=True)
+class _Fp:
+    """The `fp` field every event of the saver carries (what makes cold reads fast).
+
+    `prev`: the newest event sequence the writer had seen (the event landed at
+    `prev + 1` unless another writer got in between); `late`: the newest "late"
+    event strictly before this one (0: none); `last`: the id of the newest put at
+    or before this event; `ok`: every earlier event carried an `fp`, none was
+    raced, and put ids grew strictly in log order; `is_late`: this event refers
+    to an older checkpoint than `last` (writes of an earlier checkpoint, deletes).
+    A put's local writes therefore lie between it and the next put; every other
+    reference to it is on the `late` chain.
+    """
+
+    seq: int
+    prev: int
+    late: int
+    last: str | None
+    ok: bool
+    is_late: bool
+
+    @property
+    def clean(self) -> bool:
+        """Whether the fast path may trust everything up to this event."""
+        return self.ok and self.prev == self.seq - 1
+
+
+def _fp_of(ev: JournalEvent) -> _Fp | None:
+    fp = ev.event.msg.get("fp")
+    if (
+        not isinstance(fp, list)
+        or len(fp) != 5
+        or not isinstance(fp[0], int)
+        or not isinstance(fp[1], int)
+        or not (fp[2] is None or isinstance(fp[2], str))
+        or not isinstance(fp[3], bool)
+        or not isinstance(fp[4], bool)
+        or isinstance(fp[0], bool)
+        or isinstance(fp[1], bool)
+        or not 0 <= fp[1] < ev.sequence
+    ):
+        return None
+    return _Fp(ev.sequence, fp[0], fp[1], fp[2], fp[3], fp[4])
+
+
+def _fp_next(prev: _Fp | None, high: int, kind: str, checkpoint_id: str | None) -> list[Any]:
+    """The `fp` of a new event written after the event `high` (whose fp is `prev`)."""
+    if high == 0:
+        late, last, ok = 0, None, True
+    elif prev is None or prev.seq != high:
+        late, last, ok = 0, None, False
+    else:
+        late = prev.seq if prev.is_late else prev.late
+        last, ok = prev.last, prev.clean
+    if kind == EV_CHECKPOINT:
+        is_late = False
+        if checkpoint_id is None or (last is not None and not checkpoint_id > last):
+            ok = False
+        last = checkpoint_id
+    else:
+        is_late = kind != EV_WRITES or last is None or checkpoint_id != last
+    return [high, late, last, ok, is_late]
+
+
+class _NoFastPath(Exception):
+    """The fast path cannot prove its answer: use the scan."""
 
 
 # ------------------------------------------------------------------------ saver
@@ -391,27 +466,31 @@ class JournalSaver(BaseCheckpointSaver[str]):
         return dict(value) if isinstance(value, dict) else {}
 
     # ------------------------------------------------------------- index upkeep
+    def _parse_put(self, idx: _Index, ev: JournalEvent) -> _Put:
+        msg = ev.event.msg
+        try:
+            ctx = msg.get("ctx") or [None, 0, 0]
+            return _Put(
+                event_seq=ev.sequence,
+                seq=int(msg["seq"]),
+                id=str(msg["id"]),
+                parent=msg.get("parent"),
+                msg=msg,
+                metadata=self._decode_metadata(msg.get("metadata")),
+                ctx_channel=ctx[0],
+                ctx_len=int(ctx[1]),
+                epoch=int(ctx[2]),
+            )
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise CorruptionError(
+                f"session {idx.sid!r}: malformed checkpoint event {ev.sequence}"
+            ) from exc
+
     def _apply(self, idx: _Index, ev: JournalEvent, *, forward: bool) -> None:
         msg = ev.event.msg
         kind = msg.get("type")
         if kind == EV_CHECKPOINT:
-            try:
-                ctx = msg.get("ctx") or [None, 0, 0]
-                put = _Put(
-                    event_seq=ev.sequence,
-                    seq=int(msg["seq"]),
-                    id=str(msg["id"]),
-                    parent=msg.get("parent"),
-                    msg=msg,
-                    metadata=self._decode_metadata(msg.get("metadata")),
-                    ctx_channel=ctx[0],
-                    ctx_len=int(ctx[1]),
-                    epoch=int(ctx[2]),
-                )
-            except (KeyError, TypeError, ValueError, IndexError) as exc:
-                raise CorruptionError(
-                    f"session {idx.sid!r}: malformed checkpoint event {ev.sequence}"
-                ) from exc
+            put = self._parse_put(idx, ev)
             old = idx.puts.get(put.id)
             if old is None or old.seq < put.seq:
                 idx.puts[put.id] = put
@@ -468,6 +547,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         idx = _Index(sid, thread_id, ns, low=latest + 1, high=latest)
         if newest.events:
             idx.high_mark = _mark(newest.events[0])
+            idx.high_fp = _fp_of(newest.events[0])
         with self._lock:
             self._indexes[sid] = idx
             while len(self._indexes) > _MAX_INDEXES:
@@ -492,6 +572,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 self._apply(idx, ev, forward=True)
                 idx.high = ev.sequence
                 idx.high_mark = _mark(ev)
+                idx.high_fp = _fp_of(ev)
                 after = ev.sequence
 
     def _page_down(self, idx: _Index) -> bool:
@@ -539,6 +620,168 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 yield put
             if not self._page_down(idx):
                 return
+
+    # ------------------------------------------------------------- fast path
+    # A cold read of an old checkpoint finds its put by binary search over event
+    # sequences (every event's `fp.last` names the newest put at or before it,
+    # and put ids grow strictly while `fp.ok` holds), reads the chain of "late"
+    # events (writes to older checkpoints, deletes) once, and pages from there:
+    # O(log n + late + answer) event reads instead of everything newer than it.
+    def _fast_usable(self, idx: _Index) -> bool:
+        fp = idx.high_fp
+        return (
+            not idx.complete and idx.high > 0 and fp is not None and fp.seq == idx.high and fp.clean
+        )
+
+    def _event_at(self, idx: _Index, seq: int) -> tuple[JournalEvent, _Fp]:
+        page = self.store.event_page(idx.sid, EventPageRequest(before_sequence=seq + 1, limit=1))
+        if not page.events or page.events[0].sequence != seq:
+            raise _NoFastPath
+        ev = page.events[0]
+        fp = _fp_of(ev)
+        if fp is None:
+            raise _NoFastPath
+        return ev, fp
+
+    def _load_late(self, idx: _Index) -> None:
+        """Apply every late event below `low` (once per index)."""
+        if idx.late_loaded:
+            return
+        fp = idx.high_fp
+        assert fp is not None
+        at = fp.seq if fp.is_late else fp.late
+        reads = 0
+        while at > 0:
+            reads += 1
+            if reads > _MAX_LATE:
+                raise _NoFastPath  # a long chain costs more than the scan saves
+            ev, efp = self._event_at(idx, at)
+            if not efp.is_late or efp.late >= at:
+                raise _NoFastPath
+            if at < idx.low:
+                self._apply(idx, ev, forward=False)
+            at = efp.late
+        idx.late_loaded = True
+
+    def _locate(self, idx: _Index, checkpoint_id: str) -> int:
+        """The first event below `low` at or after which the newest put id >= checkpoint_id.
+
+        Returns `low` when every put below `low` has a smaller id.
+        """
+        lo, hi, ans = 1, idx.low - 1, idx.low
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            _, fp = self._event_at(idx, mid)
+            if fp.last is not None and fp.last >= checkpoint_id:
+                ans, hi = mid, mid - 1
+            else:
+                lo = mid + 1
+        return ans
+
+    def _island_put(self, idx: _Index, seq: int) -> _Put:
+        """The put whose event is `seq` (an event where `fp.last` changed)."""
+        put = idx.iputs.get(seq)
+        if put is None:
+            ev, _ = self._event_at(idx, seq)
+            if ev.event.msg.get("type") != EV_CHECKPOINT:
+                raise _NoFastPath
+            put = self._parse_put(idx, ev)
+        return put
+
+    def _add_range(self, idx: _Index, a: int, b: int) -> None:
+        ranges = sorted([*idx.iranges, (a, b)])
+        merged: list[tuple[int, int]] = []
+        for lo, hi in ranges:
+            if merged and lo <= merged[-1][1] + 1:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+            else:
+                merged.append((lo, hi))
+        idx.iranges = merged
+
+    def _island_events(self, idx: _Index, events: list[JournalEvent]) -> None:
+        for ev in events:
+            if ev.event.msg.get("type") == EV_CHECKPOINT:
+                idx.iputs[ev.sequence] = self._parse_put(idx, ev)
+            else:
+                self._apply(idx, ev, forward=False)
+
+    def _range_at(self, idx: _Index, seq: int) -> tuple[int, int] | None:
+        for a, b in idx.iranges:
+            if a <= seq <= b:
+                return a, b
+        return None
+
+    def _iter_island(self, idx: _Index, upper: int) -> Iterator[_Put]:
+        """Visible puts whose event is below `upper` (< low), newest first."""
+        pos = upper
+        size = 32  # pages grow: a `list(limit=10)` reads a few dozen events
+        while pos > 1:
+            r = self._range_at(idx, pos - 1)
+            if r is None:
+                page = self.store.event_page(
+                    idx.sid, EventPageRequest(before_sequence=pos, limit=size)
+                )
+                size = min(size * 2, _PAGE)
+                events = [ev for ev in page.events if ev.sequence < pos]
+                if not events:
+                    return
+                self._island_events(idx, events)
+                a = 1 if page.next_before_sequence is None else events[-1].sequence
+                self._add_range(idx, a, pos - 1)
+                r = (a, pos - 1)
+            a = r[0]
+            for seq in sorted((e for e in idx.iputs if a <= e < pos), reverse=True):
+                put = idx.iputs[seq]
+                if put.id not in idx.deleted:
+                    yield put
+            pos = a
+
+    def _fast_before(self, idx: _Index, before_id: str) -> Iterator[_Put] | None:
+        """The puts older than `before_id`, newest first, without scanning (None: can't)."""
+        if before_id in idx.puts or not self._fast_usable(idx):
+            return None
+        try:
+            self._load_late(idx)
+            at = self._locate(idx, before_id)
+        except _NoFastPath:
+            return None
+        if at >= idx.low:
+            return None  # older than every put below `low`? the scan decides
+        return self._iter_island(idx, at)
+
+    def _fast_find(self, idx: _Index, checkpoint_id: str) -> _Put | None:
+        """`_find` for a checkpoint below `low`, without scanning; raises _NoFastPath."""
+        if not self._fast_usable(idx):
+            raise _NoFastPath
+        self._load_late(idx)
+        at = self._locate(idx, checkpoint_id)
+        if at >= idx.low:
+            return None  # every put below `low` is older; the covered ones are not it
+        put = self._island_put(idx, at)
+        if put.id != checkpoint_id:
+            return None
+        if self._range_at(idx, at) is None:
+            # Its local writes: the events after it up to the next put (or `low`).
+            after, end = at, idx.low - 1
+            while after < end:
+                events = [
+                    ev
+                    for ev in self.store.events_after(idx.sid, after, 16)
+                    if ev.sequence < idx.low
+                ]
+                if not events:
+                    break
+                stop = next(
+                    (ev for ev in events if ev.event.msg.get("type") == EV_CHECKPOINT), None
+                )
+                if stop is not None:
+                    events = [ev for ev in events if ev.sequence < stop.sequence]
+                    end = stop.sequence - 1
+                self._island_events(idx, events)
+                after = events[-1].sequence if events else end
+            idx.iputs[at] = put
+            self._add_range(idx, at, end)
+        return None if put.id in idx.deleted else put
 
     def _forget(self, sid: str) -> None:
         with self._lock:
@@ -646,6 +889,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 if n > len(items) or head_items != items[:n]:
                     epoch += 1
                 msg["seq"] = head_seq + 1
+                msg["fp"] = _fp_next(idx.high_fp, idx.high, EV_CHECKPOINT, checkpoint["id"])
                 msg["ctx"] = [ctx_channel, len(items), epoch]
                 cp = Checkpoint(
                     version=CHECKPOINT_VERSION,
@@ -684,6 +928,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                     self._apply(idx, ev, forward=True)
                     idx.high = ev.sequence
                     idx.high_mark = _mark(ev)
+                    idx.high_fp = _fp_of(ev)
                 else:
                     self._forget(sid)
                 idx.head = (cp.sequence, epoch, items)
@@ -736,12 +981,14 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 "task": task_id,
                 "path": task_path,
                 "w": entries,
+                "fp": _fp_next(idx.high_fp, idx.high, EV_WRITES, checkpoint_id),
             }
             ev = self.store.append_event(sid, int(time.time() * 1000), Event(msg=msg))
             if ev.sequence == idx.high + 1:
                 self._apply(idx, ev, forward=True)
                 idx.high = ev.sequence
                 idx.high_mark = _mark(ev)
+                idx.high_fp = _fp_of(ev)
 
     # ------------------------------------------------------------- reads
     def _tuple(
@@ -830,10 +1077,19 @@ class JournalSaver(BaseCheckpointSaver[str]):
             idx = self._index(sid, thread_id, ns)
             if idx is None:
                 return None
+            put: _Put | None = None
+            if checkpoint_id and checkpoint_id not in idx.puts and not idx.complete:
+                try:
+                    return self._tuple_or_none(idx, self._fast_find(idx, checkpoint_id))
+                except _NoFastPath:
+                    pass
             put = self._find(idx, checkpoint_id) if checkpoint_id else self._latest(idx)
             if put is None:
                 return None
             return self._tuple(idx, put)
+
+    def _tuple_or_none(self, idx: _Index, put: _Put | None) -> CheckpointTuple | None:
+        return None if put is None else self._tuple(idx, put)
 
     def _thread_sessions(self, thread_id: str | None) -> list[tuple[str, str, str]]:
         """(sid, thread_id, ns) of every LangGraph session (of one thread, if given)."""
@@ -889,12 +1145,17 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 if idx is None:
                     continue
                 before_seq: int | None = None
-                if before_id is not None:
-                    anchor = self._find(idx, before_id)
-                    before_seq = anchor.seq if anchor is not None else None
+                puts = self._fast_before(idx, before_id) if before_id is not None else None
+                if puts is not None:
+                    before_seq = -1  # the fast path yields only older puts
+                else:
+                    if before_id is not None:
+                        anchor = self._find(idx, before_id)
+                        before_seq = anchor.seq if anchor is not None else None
+                    puts = self._iter_puts(idx, before_seq)
                 found: list[CheckpointTuple] = []
                 cache: dict[int, tuple[int, list[Any]]] = {}
-                for put in self._iter_puts(idx, before_seq):
+                for put in puts:
                     if checkpoint_id is not None and put.id != checkpoint_id:
                         continue
                     if before_id is not None and before_seq is None and put.id >= before_id:
@@ -920,7 +1181,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             finally:
                 self._forget_thread(thread_id)
 
-    def _hide(self, sid: str, ids: Sequence[str], reason: str) -> None:
+    def _hide(self, idx: _Index, ids: Sequence[str], reason: str) -> None:
         if not ids:
             return
         msg: dict[str, Any] = {
@@ -928,8 +1189,9 @@ class JournalSaver(BaseCheckpointSaver[str]):
             "n": secrets.token_hex(4),
             "ids": [*ids],
             "reason": reason,
+            "fp": _fp_next(idx.high_fp, idx.high, EV_DELETE, None),
         }
-        self.store.append_event(sid, int(time.time() * 1000), Event(msg=msg))
+        self.store.append_event(idx.sid, int(time.time() * 1000), Event(msg=msg))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """`keep_latest`: hide all but each namespace's newest checkpoint; `delete`: delete."""
@@ -947,7 +1209,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                     while self._page_down(idx):
                         pass
                     visible = idx.ordered()
-                    self._hide(sid, [p.id for p in visible[1:]], "prune")
+                    self._hide(idx, [p.id for p in visible[1:]], "prune")
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Hide every checkpoint whose metadata `run_id` is one of `run_ids` (and its writes)."""
@@ -962,7 +1224,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 while self._page_down(idx):
                     pass
                 ids = [p.id for p in idx.ordered() if p.metadata.get("run_id") in wanted]
-                self._hide(sid, ids, "delete_for_runs")
+                self._hide(idx, ids, "delete_for_runs")
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every namespace, checkpoint and write of a thread to a new thread.
@@ -984,6 +1246,10 @@ class JournalSaver(BaseCheckpointSaver[str]):
             after = 0
             seq = self.store.load(target)
             next_seq = (seq.sequence if seq is not None else 0) + 1
+            # The target's own `fp` chain (the source's describes the source's log).
+            top = self.store.event_page(target, EventPageRequest(limit=1))
+            high = top.latest_sequence
+            high_fp = _fp_of(top.events[0]) if top.events else None
             while True:
                 events = self.store.events_after(sid, after, _PAGE)
                 if not events:
@@ -995,8 +1261,13 @@ class JournalSaver(BaseCheckpointSaver[str]):
                     if kind not in (EV_CHECKPOINT, EV_WRITES, EV_DELETE):
                         continue
                     msg["n"] = secrets.token_hex(4)
+                    cid = msg.get("id") if kind != EV_DELETE else None
+                    msg["fp"] = _fp_next(
+                        high_fp, high, str(kind), cid if isinstance(cid, str) else None
+                    )
                     if kind != EV_CHECKPOINT:
-                        self.store.append_event(target, ev.recorded_at_ms, Event(msg=msg))
+                        done = self.store.append_event(target, ev.recorded_at_ms, Event(msg=msg))
+                        high, high_fp = done.sequence, _fp_of(done)
                         continue
                     cp = self.store.checkpoint_at(sid, int(msg["seq"]))
                     if cp is None:
@@ -1012,7 +1283,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
                     stamped = TimestampedEvent(
                         recorded_at_ms=ev.recorded_at_ms, event=Event(msg=msg)
                     )
-                    self.store.save_with_events(cp, events=[stamped])
+                    done = self.store.save_with_events(cp, events=[stamped])[0]
+                    high, high_fp = done.sequence, _fp_of(done)
                     next_seq += 1
 
     # ------------------------------------------------------------- versions
