@@ -88,7 +88,7 @@ class CatalogSnapshot(msgspec.Struct, array_like=True):
 
 _decode_snapshot = msgspec.msgpack.Decoder(CatalogSnapshot).decode
 SNAPSHOT_FILE = "snapshot"
-SNAPSHOT_MIN_GROWTH = 256 << 10
+SNAPSHOT_MIN_GROWTH = 32 << 10  # a snapshot is rewritten after max(this, 2x its size)
 
 SortKey = tuple[int, int, str]  # (updated_at, sequence, session_id), ascending
 ExecKey = tuple[int, str, int]  # (started_at_ms, session_id, sequence), ascending
@@ -335,8 +335,30 @@ class Catalog:
                 self.log.open_writer(self.covered)
                 self.log.write(data)
                 self.refresh()
-                grown = self.covered - self._snapshot_covered
-                if grown >= max(SNAPSHOT_MIN_GROWTH, 2 * self._snapshot_size):
+                if self._snapshot_due():
+                    self._write_snapshot()
+            finally:
+                self.flock.release()
+
+    def _snapshot_due(self) -> bool:
+        grown = self.covered - self._snapshot_covered
+        return grown >= max(SNAPSHOT_MIN_GROWTH, 2 * self._snapshot_size)
+
+    def snapshot_if_behind(self) -> None:
+        """After opening: if this open replayed a long tail, save the next one the work.
+
+        Writers snapshot as the log grows, but a process that stopped just short
+        of the threshold leaves every later open replaying its tail. Skipped when
+        another process holds the catalog lock (it is writing; it will snapshot).
+        """
+        if self.read_only or self.log is None:
+            return
+        with self._lock:
+            if not self._snapshot_due() or not self.flock.try_acquire():
+                return
+            try:
+                state = self.refresh()
+                if state.tail == "clean" and self._snapshot_due():
                     self._write_snapshot()
             finally:
                 self.flock.release()

@@ -602,6 +602,15 @@ class Session:
             with self._state_lock:
                 self._flush_indexes()
 
+    def caches_current(self) -> bool:
+        """Do the index and snapshot files already reflect everything committed here?"""
+        with self._state_lock:
+            covered = self.head.covered
+            return self._snapshot_covered == covered and all(
+                i.pending == 0 and i.file_covered == covered and not i.doubt
+                for i in self.indexes.values()
+            )
+
     def flush_caches(self) -> None:
         with self._state_lock:
             self._flush_indexes()

@@ -553,6 +553,7 @@ class Store:
                 read_only=self.read_only,
             )
             catalog.refresh()
+            catalog.snapshot_if_behind()
             return catalog
         except CorruptionError:
             # Derived data: set the damaged catalog aside and rebuild it from the sessions.
@@ -1038,6 +1039,8 @@ class Store:
         with self._lock:
             sessions = list(self._sessions.values())
         for sess in sessions:
+            if sess.caches_current():
+                continue  # nothing to write: no lock, no recovery scan
             try:
                 with sess.writing():
                     sess.flush_caches()

@@ -59,3 +59,66 @@ def test_damaged_catalog_snapshot_is_ignored(tmp_path: Path) -> None:
     assert _listing(root) == expected
     snap.unlink()
     assert _listing(root) == expected
+
+
+def test_open_after_a_short_tail_snapshots_it(tmp_path: Path, monkeypatch) -> None:
+    """A writer that stopped below the snapshot threshold does not make every open replay."""
+    from journal import catalog
+
+    root = tmp_path / "s"
+    _fill(root, sessions=1, saves=1)
+    snap = root / "catalog" / SNAPSHOT_FILE
+    size_before = snap.stat().st_size if snap.exists() else 0
+    monkeypatch.setattr(catalog, "SNAPSHOT_MIN_GROWTH", 1 << 30)  # writers never snapshot
+    store = journal.open(root, durability="os")
+    for i in range(60):
+        cp = Checkpoint.empty(f"t{i}", owner_id="o")
+        for seq in range(10):
+            cp.sequence = seq
+            store.save(cp)
+    store.close()
+    assert (snap.stat().st_size if snap.exists() else 0) == size_before
+    monkeypatch.setattr(catalog, "SNAPSHOT_MIN_GROWTH", 4096)
+    expected = _listing(root)  # this open replays the tail, then snapshots it
+    assert snap.exists() and snap.stat().st_size > size_before
+    applied: list[str] = []
+    original = catalog.Catalog._apply
+
+    def counting(self, r, span=None):  # type: ignore[no-untyped-def]
+        applied.append(r.session_id)
+        return original(self, r, span)
+
+    monkeypatch.setattr(catalog.Catalog, "_apply", counting)
+    assert _listing(root) == expected
+    assert applied == [], f"replayed {len(applied)} catalog records after the snapshot"
+
+
+def test_close_after_reads_writes_nothing(tmp_path: Path, monkeypatch) -> None:
+    """Closing a store that only read: no writer lock, no recovery scan, no cache write."""
+    from journal.session import Session
+
+    root = tmp_path / "s"
+    _fill(root, sessions=3, saves=5)
+    store = journal.open(root)
+    entered: list[str] = []
+    original = Session.writing
+
+    def counting(self):  # type: ignore[no-untyped-def]
+        entered.append(self.id)
+        return original(self)
+
+    monkeypatch.setattr(Session, "writing", counting)
+    for i in range(3):
+        assert store.load(f"s{i}") is not None
+    store.close()
+    assert entered == []
+    # a session whose caches are behind (written by this store) is still flushed
+    store = journal.open(root)
+    cp = store.load("s0")
+    assert cp is not None
+    cp.sequence += 1
+    monkeypatch.setattr(Session, "writing", original)
+    store.save(cp)
+    monkeypatch.setattr(Session, "writing", counting)
+    store.close()
+    assert entered == ["s0"]
