@@ -27,11 +27,12 @@ Representation (see docs/openai-agents.md):
 
 Reading pages the event journal newest first (`event_page`), so reading the
 newest items or a page deep in a long history costs what the answer costs, not
-what the history costs. Each `JournalSession` also keeps the newest live items
-(encoded, up to `cache_bytes`) and brings them up to date from the log at the
-start of every call (one `events_after` read when nothing changed), so repeated
-reads, as the Runner makes every turn, do not go back to the log. The SDK itself
-is needed only for the Runner: this module imports without it.
+what the history costs. The process also keeps, per session, the newest live
+items (encoded, up to `cache_bytes` per session and `CACHE_BUDGET` in all,
+shared by every `JournalSession` object on that session) and brings them up to
+date from the log at the start of every call (one `events_after` read when
+nothing changed), so the reads the Runner makes every turn do not go back to the
+log. The SDK is needed only to run agents: this module imports without it.
 """
 
 from __future__ import annotations
@@ -282,9 +283,11 @@ class JournalSession:
 
     `store` is an open `journal.Store` (shared: the caller closes it) or a
     directory (this object opens a store there with `store_options` and closes it
-    in `close()`). Any string is a valid session id. Methods are coroutines; the
-    disk work runs in worker threads, and operations on one session are
-    serialized across every `JournalSession` of this process.
+    in `close()`). The session id is the journal session id, unchanged: any
+    non-blank string of at most 4 KiB (the store maps it to a safe directory
+    name). Methods are coroutines; the disk work runs in worker threads, and
+    operations on one session are serialized across every `JournalSession` of
+    this process (pops and clears also across processes).
     """
 
     session_settings: SessionSettings | None = None
@@ -820,6 +823,7 @@ class JournalSession:
             self.store,
             session_settings=self.session_settings,
             owner_id=self.owner_id,
+            cache_bytes=self.cache_bytes,
         )
 
     def _scan(
