@@ -889,15 +889,15 @@ class Store:
             child = Session(tmp, cp.session_id, self.options)
             try:
                 child.save(cp, list(cp.context), None, [], now=now)
+                # The catalog entry comes from the child as built: the published
+                # directory is opened when something first uses it, not here.
+                summary, covered = self._summary_of(child)
             finally:
                 child.close()  # syncs the log (see Session.seal)
+            assert summary is not None
             Session.seal(tmp)
             fsio.rename(tmp, path)
             fsio.sync_dir(os.path.dirname(path))
-            sess = self._session(cp.session_id)
-            assert sess is not None
-            summary, covered = self._summary_of(sess)
-            assert summary is not None
             self.catalog.append([CatalogRecord(OP_UPSERT, cp.session_id, covered, summary)])
             return summary
 
