@@ -344,6 +344,21 @@ class Catalog:
         grown = self.covered - self._snapshot_covered
         return grown >= max(SNAPSHOT_MIN_GROWTH, 2 * self._snapshot_size)
 
+    def _trim_on_close(self, log: Log) -> None:
+        """Give back the preallocated tail if this process wrote last (never waits)."""
+        if not log.has_writer():
+            return
+        with self._lock:
+            if not self.flock.try_acquire():
+                return
+            try:
+                if log.untouched_since(self.covered):
+                    log.trim_preallocation(self.covered)
+            except JournalError:
+                return  # a courtesy: the zeros stay
+            finally:
+                self.flock.release()
+
     def snapshot_if_behind(self) -> None:
         """After opening: if this open replayed a long tail, save the next one the work.
 
@@ -365,6 +380,7 @@ class Catalog:
 
     def close(self) -> None:
         if self.log is not None:
+            self._trim_on_close(self.log)
             self.log.close()
         self.flock.close()
 

@@ -536,14 +536,36 @@ class Log:
         way the bytes at `end` are no longer the preallocated zeros.
         """
         w = self._writer
-        if w is None or w.poisoned or w.data_end != end or w.seg is not self.segments[-1]:
+        # Compared by path: a re-listing of the directory makes new Segment objects
+        # for the same files (comparing identity sent every later write down the
+        # slow path once any scan had re-listed the segments).
+        if w is None or w.poisoned or w.data_end != end or w.seg.path != self.segments[-1].path:
             return False
         off = SEGMENT_HEADER_SIZE + end - w.seg.base
         try:
             probe = os.pread(w.fd, HEADER_SIZE, off)
+            # ... and the descriptor is still the file at that path (an unlinked file
+            # keeps reading zeros; writing to it would lose the commit)
+            return probe == _ZERO_HEADER and os.fstat(w.fd).st_nlink > 0
         except OSError:
             return False
-        return probe == bytes(HEADER_SIZE)
+
+    def has_writer(self) -> bool:
+        return self._writer is not None
+
+    def trim_preallocation(self, end: int) -> None:
+        """Cut the preallocated zeros after `end`, where our writer's data ends.
+
+        For a clean close (the caller holds the writer locks and has checked
+        `untouched_since(end)`): a closed session takes only the space of its data,
+        so many small sessions stay small on disk. The next writer preallocates
+        again. No sync: if the cut is lost, the zeros are simply still there.
+        """
+        w = self._writer
+        if w is None or w.poisoned or w.data_end != end or w.alloc_end <= end:
+            return
+        fsio.truncate(w.fd, SEGMENT_HEADER_SIZE + end - w.seg.base, w.seg.path)
+        w.alloc_end = end
 
     def quiet_since(self, end: int) -> bool:
         """Whether nothing was appended at `end` since a scan stopped there (two syscalls).
@@ -570,21 +592,26 @@ class Log:
     def open_writer(self, end: int) -> None:
         """Prepare to append at `end` (the end of the last commit, after recovery)."""
         seg = self.segments[-1]
-        if self._writer is not None and self._writer.seg.path == seg.path:
-            w = self._writer
+        w = self._writer
+        if w is not None and w.seg.path == seg.path:
             try:
-                size = os.fstat(w.fd).st_size
+                st = os.fstat(w.fd)
+                # still the file at that path (not one unlinked by recovery elsewhere)
+                same = st.st_nlink > 0 and os.path.samestat(st, os.stat(seg.path))
             except OSError as exc:
                 raise StorageError(f"cannot stat {seg.path}: {exc.strerror}") from exc
-            with w.cond:
-                w.data_end = end
-                w.synced_end = min(w.synced_end, end)
-                # Another process may have appended (and preallocated) since our last
-                # commit, or cut a torn tail. A stale `alloc_end` below `end` made
-                # `write` "preallocate" zeros from it, over that process's committed
-                # records (found by tests/test_concurrency.py): take the file's size.
-                w.alloc_end = seg.base + max(size - SEGMENT_HEADER_SIZE, 0)
-            return
+            if same:
+                with w.cond:
+                    w.seg = seg
+                    w.data_end = end
+                    w.synced_end = min(w.synced_end, end)
+                    # Another process may have appended (and preallocated) since our
+                    # last commit, or cut a torn tail. A stale `alloc_end` below `end`
+                    # made `write` "preallocate" zeros from it, over that process's
+                    # committed records (found by tests/test_concurrency.py): take the
+                    # file's size.
+                    w.alloc_end = seg.base + max(st.st_size - SEGMENT_HEADER_SIZE, 0)
+                return
         self.close_writer()
         try:
             fd = os.open(seg.path, os.O_RDWR)

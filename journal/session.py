@@ -969,10 +969,29 @@ class Session:
         return cp
 
     def close(self) -> None:
+        self._trim_on_close()
         self.log.close()
         for idx in self.indexes.values():
             idx.close()
         self.flock.close()
+
+
+    def _trim_on_close(self) -> None:
+        """Give back the preallocated tail if we wrote last (never waits for a lock)."""
+        if not self.log.has_writer() or not self._write_lock.acquire(blocking=False):
+            return
+        try:
+            if not self.flock.try_acquire():
+                return
+            try:
+                if self.log.untouched_since(self.head.covered):
+                    self.log.trim_preallocation(self.head.covered)
+            finally:
+                self.flock.release()
+        except JournalError:
+            return  # a courtesy: the zeros stay, nothing is lost
+        finally:
+            self._write_lock.release()
 
 
 _INDEX_OF = {
