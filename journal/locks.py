@@ -1,5 +1,10 @@
 """Cross-process writer locks (portalocker/flock) that name their holder.
 
+On POSIX the lock is flock(2), called directly (portalocker makes the same call
+there, after flag conversions that cost more than the lock itself on every
+commit); elsewhere portalocker's implementation is used. Either way processes
+using portalocker on the same files exclude each other.
+
 A lock file holds one line "pid host since" written by the current holder, so
 a waiter that times out can say who holds the lock. The lock is taken once per
 commit (flock is a few microseconds); in-process threads are serialised by the
@@ -13,11 +18,21 @@ import contextlib
 import os
 import socket
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 import portalocker
 
 from .errors import LockTimeoutError, StorageError
+
+try:  # POSIX: call flock(2) directly, the very call portalocker makes there
+    import fcntl
+
+    _flock: Callable[[int, int], None] | None = fcntl.flock
+    _LOCK_NOW, _UNLOCK = fcntl.LOCK_EX | fcntl.LOCK_NB, fcntl.LOCK_UN
+except ImportError:  # elsewhere (Windows): portalocker's implementation
+    _flock = None
+    _LOCK_NOW = _UNLOCK = 0
 
 _HOLDER_WIDTH = 160
 _HOST = socket.gethostname()
@@ -47,20 +62,16 @@ class FileLock:
         fd = self._open()
         deadline = time.monotonic() + timeout
         delay = 0.0005
-        while True:
-            try:
-                portalocker.lock(fd, _EXCLUSIVE_NOW)
-                break
-            except portalocker.exceptions.LockException as exc:
-                if time.monotonic() >= deadline:
-                    holder = self.holder()
-                    raise LockTimeoutError(
-                        f"timed out after {timeout:g}s waiting for the writer lock of {self.what}"
-                        f" ({self.path}); held by {holder or 'an unknown process'}",
-                        holder=holder,
-                    ) from exc
-                time.sleep(delay)
-                delay = min(delay * 2, 0.02)
+        while not self._try_lock(fd):
+            if time.monotonic() >= deadline:
+                holder = self.holder()
+                raise LockTimeoutError(
+                    f"timed out after {timeout:g}s waiting for the writer lock of {self.what}"
+                    f" ({self.path}); held by {holder or 'an unknown process'}",
+                    holder=holder,
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
         # The holder line is a courtesy for error messages, never required. Writing it
         # dirties the lock file on every commit, so skip it while the line on file is
         # still ours and at most a second old (a cheap read, no dirty page).
@@ -81,17 +92,31 @@ class FileLock:
     def release(self) -> None:
         if self._fd is not None:
             try:
-                portalocker.unlock(self._fd)
-            except portalocker.exceptions.LockException as exc:
+                if _flock is not None:
+                    _flock(self._fd, _UNLOCK)
+                else:
+                    portalocker.unlock(self._fd)
+            except (OSError, portalocker.exceptions.LockException) as exc:
                 raise StorageError(f"cannot release lock {self.path}: {exc}") from exc
 
     def try_acquire(self) -> bool:
         """Take the lock if free, without waiting."""
-        fd = self._open()
+        return self._try_lock(self._open())
+
+    def _try_lock(self, fd: int) -> bool:
+        """One non-blocking attempt: True if we hold the lock now."""
+        if _flock is None:
+            try:
+                portalocker.lock(fd, _EXCLUSIVE_NOW)
+            except portalocker.exceptions.LockException:
+                return False
+            return True
         try:
-            portalocker.lock(fd, _EXCLUSIVE_NOW)
-        except portalocker.exceptions.LockException:
+            _flock(fd, _LOCK_NOW)
+        except BlockingIOError:  # EWOULDBLOCK: another open file holds it
             return False
+        except OSError as exc:
+            raise StorageError(f"cannot lock {self.path}: {exc.strerror}") from exc
         return True
 
     def holder(self) -> str | None:

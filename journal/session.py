@@ -144,6 +144,7 @@ class Session:
         self.dir = directory
         self.id = session_id
         self.options = options
+        self.identity_path = os.path.join(directory, IDENTITY_FILE)  # checked on every call
         self.identity = self._read_identity()
         if self.identity.session_id != session_id:
             raise CorruptionError(
@@ -536,7 +537,7 @@ class Session:
                 self.flock.release()
 
     def _check_still_published(self) -> None:
-        if not os.path.exists(os.path.join(self.dir, IDENTITY_FILE)):
+        if not os.path.exists(self.identity_path):
             raise NotFoundError(f"session {self.id!r} was deleted")
 
     def _recover(self, state: ScanState) -> ScanState:

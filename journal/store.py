@@ -247,18 +247,19 @@ class Store:
         """
         if self._closed:
             raise JournalError("store is closed")
-        path = self.session_dir(session_id)
-        if os.path.basename(path) in self.tree.pending_session_dirs():
+        name = dir_name(session_id)
+        if name in self.tree.pending_session_dirs():
             self._finish_orphaned_deletes()
-            if os.path.basename(path) in self.tree.pending_session_dirs():
+            if name in self.tree.pending_session_dirs():
                 return None  # being deleted by a live process: already gone for readers
         with self._lock:
             sess = self._sessions.get(session_id)
             if sess is not None:
                 self._pin(session_id, sess)
+        if sess is not None and os.path.exists(sess.identity_path):
+            return sess
+        path = self.session_dir(session_id)
         if sess is not None:
-            if os.path.exists(os.path.join(path, "SESSION")):
-                return sess
             with self._lock:
                 self._sessions.pop(session_id, None)
             sess.close()
