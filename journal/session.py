@@ -536,6 +536,20 @@ class Session:
             finally:
                 self.flock.release()
 
+    @contextmanager
+    def committing(self) -> Iterator[None]:
+        """`writing()` for a commit, announced to group commit (`Log.announce`)."""
+        if not self.options.durable:
+            with self.writing():
+                yield
+            return
+        self.log.announce()
+        try:
+            with self.writing():
+                yield
+        finally:
+            self.log.arrived()
+
     def _check_still_published(self) -> None:
         if not os.path.exists(self.identity_path):
             raise NotFoundError(f"session {self.id!r} was deleted")
@@ -642,7 +656,7 @@ class Session:
         """The body of `save_with_events` (validated input; caller handles catalog)."""
         header = msgspec.Raw(_encode(msgspec.structs.replace(checkpoint, context=[])))
         transcript_items = [msgspec.Raw(_encode(item)) for item in transcript_delta]
-        with self.writing():
+        with self.committing():
             head = self.head
             if head.sequence >= 0 and checkpoint.sequence <= head.sequence:
                 raise ContractViolationError(
@@ -712,7 +726,7 @@ class Session:
         return journal
 
     def append_event(self, recorded_at_ms: int, event: Event) -> JournalEvent:
-        with self.writing():
+        with self.committing():
             head = self.head
             if head.sequence < 0:
                 raise NotFoundError(

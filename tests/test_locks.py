@@ -66,3 +66,51 @@ def test_lock_timeout_names_the_holder(tmp_path: Path, how: str) -> None:
         assert appended.sequence == 1
     finally:
         store.close()
+
+
+def test_concurrent_commits_share_fdatasyncs(tmp_path: Path) -> None:
+    """Group commit: 4 threads appending to one session need far fewer syncs than commits,
+    and no append returns before a sync that started after its write."""
+    import threading
+
+    from journal import fsio
+
+    store = journal.open(tmp_path / "s")
+    store.save(Checkpoint.empty("a"))
+    lock = threading.Lock()
+    syncs: list[tuple[float, float]] = []  # (started, finished)
+    real = fsio.ops
+
+    class SlowDisk(fsio.FileOps):
+        def sync_data(self, fd: int, path: str) -> None:
+            started = time.monotonic()
+            time.sleep(0.002)  # a slow disk: commits pile up behind each sync
+            real.sync_data(fd, path)
+            with lock:
+                syncs.append((started, time.monotonic()))
+
+    written: list[tuple[float, float]] = []  # (commit written before, returned)
+    fsio.ops = SlowDisk()
+    try:
+
+        def worker(k: int) -> None:
+            for n in range(40):
+                before = time.monotonic()
+                store.append_event("a", n, Event(msg={"type": "warning", "message": f"{k}/{n}"}))
+                with lock:
+                    written.append((before, time.monotonic()))
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        fsio.ops = real
+        store.close()
+    commits = len(written)
+    assert commits == 160
+    assert len(syncs) <= commits // 2, f"{len(syncs)} syncs for {commits} commits"
+    # every append returned after some sync finished that began after the append began
+    for began, returned in written:
+        assert any(s >= began and f <= returned for s, f in syncs)
