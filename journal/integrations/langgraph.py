@@ -45,21 +45,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    WRITES_IDX_MAP,
-    BaseCheckpointSaver,
-    ChannelVersions,
-    CheckpointMetadata,
-    CheckpointTuple,
-    PendingWrite,
-    get_checkpoint_id,
-    get_serializable_checkpoint_metadata,
-    writes_sort_key,
-)
-from langgraph.checkpoint.base import Checkpoint as LGCheckpoint
-from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+try:
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        CheckpointMetadata,
+        CheckpointTuple,
+        PendingWrite,
+        get_checkpoint_id,
+        get_serializable_checkpoint_metadata,
+        writes_sort_key,
+    )
+    from langgraph.checkpoint.base import Checkpoint as LGCheckpoint
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+except ImportError as exc:  # the extra is optional: say which one
+    raise ImportError(
+        f"journal.integrations.langgraph needs LangGraph ({exc}):"
+        " pip install 'journal[langgraph]'"
+    ) from exc
 
 from journal.errors import (
     ContractViolationError,
