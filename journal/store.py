@@ -144,6 +144,22 @@ def _coerce(value: Any, typ: type[Any], what: str) -> Any:
         raise InvalidInputError(f"{what} is not a valid {typ.__name__}: {exc!r}") from exc
 
 
+PageRequest = TypeVar("PageRequest", EventPageRequest, TranscriptPageRequest, ExecutionPageRequest)
+
+
+def _page_request(
+    session_id: str, request: Any, typ: type[PageRequest], what: str
+) -> PageRequest:
+    """Check a newest-first page request: the session id, the page size, the cursor."""
+    validate.validate_session_id(session_id)
+    req: PageRequest = _coerce(request, typ, "request")
+    size = req.max_batches if isinstance(req, TranscriptPageRequest) else req.limit
+    validate.validate_limit(size, what)
+    if req.before_sequence is not None:
+        validate.validate_sequence(req.before_sequence, "before_sequence")
+    return req
+
+
 def _sequence(value: Any, what: str) -> list[Any]:
     """A list or tuple argument as a list (a str, bytes or dict is not a sequence of items)."""
     if not isinstance(value, (list, tuple)):
@@ -471,11 +487,7 @@ class Store:
     @_guard
     def event_page(self, session_id: str, request: EventPageRequest) -> EventPage:
         """One newest-first page of retained events, `sequence < before_sequence`."""
-        validate.validate_session_id(session_id)
-        req: EventPageRequest = _coerce(request, EventPageRequest, "request")
-        validate.validate_limit(req.limit, "event journal page")
-        if req.before_sequence is not None:
-            validate.validate_sequence(req.before_sequence, "before_sequence")
+        req = _page_request(session_id, request, EventPageRequest, "event journal page")
 
         def missing() -> EventPage:
             raise NotFoundError(f"event journal session does not exist: {session_id!r}")
@@ -500,11 +512,7 @@ class Store:
     @_guard
     def transcript_page(self, session_id: str, request: TranscriptPageRequest) -> TranscriptPage:
         """One newest-first page of transcript batches (keyed by checkpoint sequence)."""
-        validate.validate_session_id(session_id)
-        req: TranscriptPageRequest = _coerce(request, TranscriptPageRequest, "request")
-        validate.validate_limit(req.max_batches, "transcript page")
-        if req.before_sequence is not None:
-            validate.validate_sequence(req.before_sequence, "before_sequence")
+        req = _page_request(session_id, request, TranscriptPageRequest, "transcript page")
 
         def page(sess: Session) -> TranscriptPage:
             batches, nxt = sess.transcript_page(req.before_sequence, req.max_batches)
@@ -515,11 +523,7 @@ class Store:
     @_guard
     def execution_page(self, session_id: str, request: ExecutionPageRequest) -> ExecutionPage:
         """One newest-first page of finished user turns (keyed by checkpoint sequence)."""
-        validate.validate_session_id(session_id)
-        req: ExecutionPageRequest = _coerce(request, ExecutionPageRequest, "request")
-        validate.validate_limit(req.limit, "execution page")
-        if req.before_sequence is not None:
-            validate.validate_sequence(req.before_sequence, "before_sequence")
+        req = _page_request(session_id, request, ExecutionPageRequest, "execution page")
 
         def page(sess: Session) -> ExecutionPage:
             records, nxt = sess.execution_page(req.before_sequence, req.limit)
