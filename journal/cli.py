@@ -579,6 +579,10 @@ def cmd_repair(args: argparse.Namespace, out: Output) -> int:
     if not os.path.isdir(directory):
         raise NotFoundError(f"session {args.session!r} does not exist")
     report = repair_session(directory, args.session, cut_at_damage=args.cut_at_damage)
+    if report.dropped and not report.refused:
+        # The catalog may list what was cut (summary, execution copies): re-derive it.
+        with Store(args.root) as store:
+            store._reconcile([os.path.basename(directory)])
     if out.json:
         out.doc(report.__dict__)
     else:

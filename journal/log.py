@@ -580,10 +580,12 @@ class Log:
 
         For readers' refresh: a scan that ended cleanly at `end` in the newest
         segment sees the same log while the bytes at `end` are still zeros in that
-        same file. Any append writes a record header there; a roll seals the segment
-        by truncating it to `end` (the read comes back short); a newest segment that
-        recovery unlinked (a crashed roll) has no links left, and its name may now
-        belong to a new file, so the answer is no and the full scan decides.
+        same file, or the file ends exactly at `end` (trimmed at a clean close)
+        and no next segment was started. Any append writes a record header there;
+        a roll seals the segment at `end` and creates the segment named by `end`; a
+        newest segment that recovery unlinked (a crashed roll) has no links left,
+        and its name may now belong to a new file, so the answer is no and the full
+        scan decides.
         """
         if not self.segments:
             return False
@@ -593,6 +595,13 @@ class Log:
         try:
             fd = self._fd(seg.path)
             probe = os.pread(fd, HEADER_SIZE, SEGMENT_HEADER_SIZE + end - seg.base)
+            if probe == b"":
+                # The file ends exactly here (trimmed by a clean close, or sealed by a
+                # roll): quiet unless a roll started the next segment, which is named
+                # by this very position.
+                return os.fstat(fd).st_nlink > 0 and not os.path.exists(
+                    os.path.join(self.dir, segment_name(end))
+                )
             return probe == _ZERO_HEADER and os.fstat(fd).st_nlink > 0
         except (OSError, JournalError):
             return False

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -145,6 +145,7 @@ class Session:
         self.id = session_id
         self.options = options
         self.identity_path = os.path.join(directory, IDENTITY_FILE)  # checked on every call
+        self._identity_key = _file_key(self.identity_path)
         self.identity = self._read_identity()
         if self.identity.session_id != session_id:
             raise CorruptionError(
@@ -550,8 +551,20 @@ class Session:
         finally:
             self.log.arrived()
 
+    def still_published(self) -> bool:
+        """Is the session this object opened still the one at its path?
+
+        Not just "does the path exist": the session may have been deleted and
+        created again under the same id (its directory name), by another process.
+        This object's lock file and descriptors belong to the old one; writing
+        through them wrote into the new log from a stale position, or into an
+        unlinked file (found by review). The identity file is written once per
+        session, so its inode and change time identify the incarnation.
+        """
+        return _file_key(self.identity_path) == self._identity_key
+
     def _check_still_published(self) -> None:
-        if not os.path.exists(self.identity_path):
+        if not self.still_published():
             raise NotFoundError(f"session {self.id!r} was deleted")
 
     def _recover(self, state: ScanState) -> ScanState:
@@ -652,8 +665,15 @@ class Session:
         events: list[TimestampedEvent],
         *,
         now: int,
+        on_commit: Callable[[], None] | None = None,
     ) -> list[JournalEvent]:
-        """The body of `save_with_events` (validated input; caller handles catalog)."""
+        """The body of `save_with_events` (validated input).
+
+        `on_commit` runs right after the commit, still under the session's write
+        lock: the catalog upsert goes there, so that it cannot land after the
+        catalog's delete record of a delete that began after this commit (a delete
+        takes every session lock first).
+        """
         header = msgspec.Raw(_encode(msgspec.structs.replace(checkpoint, context=[])))
         transcript_items = [msgspec.Raw(_encode(item)) for item in transcript_delta]
         with self.committing():
@@ -722,6 +742,8 @@ class Session:
             end = self.commit(records, COMMIT_SAVE, seq)
             head.rules = rules
             self.after_commit()
+            if on_commit is not None:
+                on_commit()
         self.wait_durable(end)
         return journal
 
@@ -1007,6 +1029,15 @@ class Session:
             return  # a courtesy: the zeros stay, nothing is lost
         finally:
             self._write_lock.release()
+
+
+def _file_key(path: str) -> tuple[int, int, int] | None:
+    """(device, inode, change time) of a file, None if it is missing."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_ctime_ns)
 
 
 _INDEX_OF = {

@@ -147,9 +147,7 @@ def _coerce(value: Any, typ: type[Any], what: str) -> Any:
 PageRequest = TypeVar("PageRequest", EventPageRequest, TranscriptPageRequest, ExecutionPageRequest)
 
 
-def _page_request(
-    session_id: str, request: Any, typ: type[PageRequest], what: str
-) -> PageRequest:
+def _page_request(session_id: str, request: Any, typ: type[PageRequest], what: str) -> PageRequest:
     """Check a newest-first page request: the session id, the page size, the cursor."""
     validate.validate_session_id(session_id)
     req: PageRequest = _coerce(request, typ, "request")
@@ -272,7 +270,7 @@ class Store:
             sess = self._sessions.get(session_id)
             if sess is not None:
                 self._pin(session_id, sess)
-        if sess is not None and os.path.exists(sess.identity_path):
+        if sess is not None and sess.still_published():
             return sess
         path = self.session_dir(session_id)
         if sess is not None:
@@ -406,17 +404,43 @@ class Store:
         self.registry.note(dir_name(cp.session_id))
         now = int(time.time())
         sess = self._session(cp.session_id)
-        if sess is None:
-            journal = self._first_save(cp, items, rec, evs, now)
-            sess = self._session(cp.session_id)
-            if journal is None:  # another thread or process created the session first
-                assert sess is not None
-                journal = sess.save(cp, items, rec, evs, now=now)
-        else:
-            journal = sess.save(cp, items, rec, evs, now=now)
+        if sess is not None:
+            return self._save_existing(sess, cp, items, rec, evs, now)
+        journal = self._first_save(cp, items, rec, evs, now)
+        sess = self._session(cp.session_id)
         assert sess is not None
-        self._catalog_upsert(sess, cp.sequence, rec)
+        if journal is None:  # another thread or process created the session first
+            return self._save_existing(sess, cp, items, rec, evs, now)
+        # Published by our rename: announce it under the session's lock (see
+        # `_save_existing`), unless a delete already took it away again.
+        try:
+            with sess.writing():
+                self._catalog_upsert(sess, cp.sequence, rec)
+        except NotFoundError:
+            pass  # deleted meanwhile: our save came first, then the delete
         return journal
+
+    def _save_existing(
+        self,
+        sess: Session,
+        cp: Checkpoint,
+        items: list[Any],
+        rec: ExecutionRecord | None,
+        evs: list[TimestampedEvent],
+        now: int,
+    ) -> list[JournalEvent]:
+        # The catalog upsert runs under the session's write lock, right after the
+        # commit: a delete takes that lock before its intent and appends its catalog
+        # delete record after, so an upsert can never land after the delete record
+        # and list a deleted session forever (found by review).
+        return sess.save(
+            cp,
+            items,
+            rec,
+            evs,
+            now=now,
+            on_commit=lambda: self._catalog_upsert(sess, cp.sequence, rec),
+        )
 
     def _first_save(
         self,
@@ -823,13 +847,17 @@ class Store:
             return read
 
         # Most records are read from their copies in the catalog log (one file, a few
-        # reads); the rest from their sessions. Keys of sessions deleted since the
-        # catalog was read are skipped: fetch more. (Another thread refreshing the
-        # catalog meanwhile can shift the list: `seen`.)
+        # reads); the rest from their sessions. Sessions under a delete intent are
+        # already gone for readers (as in list_sessions_page), and keys of sessions
+        # deleted since the catalog was read are skipped: fetch more. (Another
+        # thread refreshing the catalog meanwhile can shift the list: `seen`.)
         seen: set[tuple[int, str, int]] = set()
         want = limit
         while True:
             listed = self.catalog.recent_execution_keys(want)
+            pending = self.tree.pending_session_dirs()
+            if pending:
+                listed = [(k, span) for k, span in listed if dir_name(k[1]) not in pending]
             fresh = [(key, span) for key, span in listed if key not in seen]
             seen.update(key for key, _ in fresh)
             with_copy = [(key, span) for key, span in fresh if span is not None]
@@ -849,7 +877,7 @@ class Store:
                     out.append(rec)
                     if len(out) == limit:
                         return out
-            if len(listed) < want:
+            if len(self.catalog.exec_keys) < want:
                 return out
             want *= 2
 

@@ -105,3 +105,46 @@ def test_appends_stay_on_the_fast_path_after_the_segments_are_listed_again(
         assert scans == [], f"{len(scans)} catch-up scans for 10 appends"
     finally:
         store.close()
+
+
+def test_reads_of_a_trimmed_session_take_the_fast_path(tmp_path: Path, monkeypatch) -> None:
+    """A segment that ends at its data is as quiet as one ending in zeros."""
+    from journal.session import Session
+
+    root = tmp_path / "s"
+    store = journal.open(root)
+    store.save(Checkpoint.empty("a"))
+    store.append_event("a", 1, _event(1))
+    store.close()  # trims
+    reader = journal.open(root, read_only=True)
+    try:
+        assert reader.load("a") is not None
+        scans: list[int] = []
+        original = Session._catch_up
+
+        def counting(self, **kw):  # type: ignore[no-untyped-def]
+            scans.append(1)
+            return original(self, **kw)
+
+        monkeypatch.setattr(Session, "_catch_up", counting)
+        for _ in range(10):
+            assert reader.event_page("a", EventPageRequest(limit=5)).events[0].sequence == 1
+        assert scans == []
+        # ... and a writer appending to the trimmed file is seen at once
+        writer = journal.open(root)
+        writer.append_event("a", 2, _event(2))
+        assert reader.event_page("a", EventPageRequest(limit=5)).events[0].sequence == 2
+        big = Event(msg={"type": "warning", "message": "x" * 1500})
+        for n in range(3, 7):
+            writer.append_event("a", n, big)
+        writer.close()  # trims again, now past 4 KiB of data
+        assert reader.event_page("a", EventPageRequest(limit=5)).events[0].sequence == 6
+        # ... and one that rolls to a new segment right at the trimmed end
+        writer = journal.open(root, segment_bytes=4096)
+        writer.append_event("a", 7, _event(7))
+        segs = sorted((Path(writer.session_dir("a")) / "log").glob("*.seg"))
+        assert len(segs) == 2
+        assert reader.event_page("a", EventPageRequest(limit=5)).events[0].sequence == 7
+        writer.close()
+    finally:
+        reader.close()
