@@ -388,3 +388,41 @@ def test_compact_dry_run_then_real(tmp_path: Path) -> None:
         assert store.load("big").sequence == 29  # type: ignore[union-attr]
     finally:
         store.close()
+
+
+def test_repair_cut_also_corrects_the_catalog(tmp_path: Path) -> None:
+    """What `repair --cut-at-damage` cuts is gone from listings and recent_executions too."""
+    from test_contract_tree import execution, fold
+
+    from journal import ExecutionStats, SessionPageRequest
+
+    root = tmp_path / "s"
+    store = journal.open(root)
+    cp = Checkpoint.empty("cut")
+    stats = ExecutionStats()
+    for seq in range(6):
+        rec = execution("cut", seq)
+        stats = fold(stats, rec)
+        cp.sequence = seq
+        cp.execution_stats = stats
+        cp.metadata = {"pad": "p" * 3000}
+        store.save(cp, [], rec)
+    store.close()
+    seg = next((root / "sessions" / dir_name("cut") / "log").iterdir())
+    data = bytearray(seg.read_bytes())
+    damage = len(data) * 2 // 3  # inside a later commit
+    data[damage] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    run(root, "repair", "cut", check_code=1)  # refused without the flag
+    report = json.loads(run(root, "repair", "cut", "--cut-at-damage", "--json").stdout)
+    last = report["last_checkpoint"]
+    assert 0 <= last < 5
+    store = journal.open(root, read_only=True)
+    try:
+        (summary,) = store.list_sessions_page(SessionPageRequest(limit=10)).sessions
+        assert summary.sequence == last
+        turns = sorted(r.turn_id for r in store.recent_executions(10))
+        assert turns == sorted(f"turn-{n}" for n in range(last + 1))
+    finally:
+        store.close()
+    run(root, "verify")
