@@ -792,7 +792,6 @@ class Log:
         w = self._writer
         if w is None:
             return
-        self._writer = None
         with w.cond:
             while w.syncing:
                 w.cond.wait()
@@ -808,6 +807,9 @@ class Log:
                 w.poisoned = str(exc)
                 raise
             finally:
+                # Only now: a thread that finds no writer in `wait_durable` returns at
+                # once, so its bytes must already be synced (found by review).
+                self._writer = None
                 w.cond.notify_all()
                 os.close(w.fd)
 
