@@ -538,6 +538,17 @@ class Session:
                 self.flock.release()
 
     @contextmanager
+    def locked(self) -> Iterator[None]:
+        """The session's write locks, without preparing to write (no scan, no writer)."""
+        with self._write_lock:
+            self.flock.acquire(self.options.lock_timeout)
+            try:
+                self._check_still_published()
+                yield
+            finally:
+                self.flock.release()
+
+    @contextmanager
     def committing(self) -> Iterator[None]:
         """`writing()` for a commit, announced to group commit (`Log.announce`)."""
         if not self.options.durable:

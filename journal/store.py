@@ -414,7 +414,7 @@ class Store:
         # Published by our rename: announce it under the session's lock (see
         # `_save_existing`), unless a delete already took it away again.
         try:
-            with sess.writing():
+            with sess.locked():
                 self._catalog_upsert(sess, cp.sequence, rec)
         except NotFoundError:
             pass  # deleted meanwhile: our save came first, then the delete
