@@ -62,6 +62,7 @@ _SPAN = 4 << 20
 _ZERO_HEADER = bytes(HEADER_SIZE)
 _GATHER_MAX = 0.002  # the longest a sync leader waits for announced commits (seconds)
 _unpack_header = HEADER.unpack_from
+_NOT_COMMIT = ~FLAG_COMMIT
 _PREALLOC_MIN = 64 << 10
 _PREALLOC_MAX = 4 << 20
 # Where a record header could start: a known type byte (1..7) then known flags (0..3).
@@ -304,23 +305,23 @@ class Log:
                 last_end = max(last_end, nxt_pos + nxt_size)
             block = self.pread(first, last_end - first)
             view = memoryview(block)
+            # `frame_at` inlined, with locals: pages check tens of records per call
+            unpack, crc32, known, hsize = _unpack_header, zlib.crc32, TYPE_NAMES, HEADER_SIZE
             for t in range(k, j + 1):
-                pos, size = spans[order[t]]
+                i = order[t]
+                pos, size = spans[i]
                 off = pos - first
-                # `frame_at` inlined: pages check tens of records per call
-                crc, length, rtype, flags = _unpack_header(block, off)
+                crc, length, rtype, flags = unpack(block, off)
                 if (
-                    flags & ~FLAG_COMMIT
-                    or length + HEADER_SIZE != size
-                    or rtype not in TYPE_NAMES
-                    or zlib.crc32(view[off + 4 : off + size]) != crc
+                    flags & _NOT_COMMIT
+                    or length + hsize != size
+                    or rtype not in known
+                    or crc32(view[off + 4 : off + size]) != crc
                 ):
                     # compressed, or anything wrong: the careful path
-                    out[order[t]] = self._record_in(block, off, pos, size)
+                    out[i] = self._record_in(block, off, pos, size)
                     continue
-                out[order[t]] = Record(
-                    pos, size, rtype, flags, block[off + HEADER_SIZE : off + size], crc
-                )
+                out[i] = Record(pos, size, rtype, flags, block[off + hsize : off + size], crc)
             k = j + 1
         return [r for r in out if r is not None]
 
