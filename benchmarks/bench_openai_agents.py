@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import shutil
 import sqlite3
@@ -45,6 +44,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from agents import SQLiteSession  # noqa: E402
+from run import disk_usage  # noqa: E402  (the core harness: what `du` reports)
 
 from journal.integrations.openai_agents import JournalSession, drop_caches  # noqa: E402
 
@@ -116,18 +116,6 @@ def make_turns(turns: int, profile: str, seed: int = 7) -> list[list[list[Item]]
         )
         out.append(calls)
     return out
-
-
-def du(path: Path) -> int:
-    """Allocated bytes under `path` (what `du` reports), directories included."""
-    if path.is_file():
-        return os.stat(path).st_blocks * 512
-    total = 0
-    for dirpath, _, files in os.walk(path):
-        total += os.stat(dirpath).st_blocks * 512
-        for name in files:
-            total += os.stat(os.path.join(dirpath, name)).st_blocks * 512
-    return total
 
 
 def apparent(path: Path) -> int:
@@ -263,11 +251,11 @@ async def measure(side: Side, turns: list[list[list[Item]]], reads: int) -> dict
     if side.name != "journal":
         conn.close()
     # Disk while open (SQLite: db + WAL + shm), then pops, then after close.
-    res["disk_open"] = du(side.dir)
+    res["disk_open"] = disk_usage(side.dir)
     pops = [await timed(lambda: s.pop_item()) for _ in range(min(50, n_items))]
     res["pop"] = statistics.median(pops)
     s.close()
-    res["disk_closed"] = du(side.dir)
+    res["disk_closed"] = disk_usage(side.dir)
     res["apparent_closed"] = apparent(side.dir)
     return res
 
@@ -296,12 +284,12 @@ async def disk_only(side: Side, turns: list[list[list[Item]]], sessions: int = 1
         for items in calls:
             for sess in opened:
                 await sess.add_items(items)
-    open_bytes = du(side.dir)
+    open_bytes = disk_usage(side.dir)
     for sess in reversed(opened):
         sess.close()
     return {
         "disk_open": open_bytes,
-        "disk_closed": du(side.dir),
+        "disk_closed": disk_usage(side.dir),
         "apparent_closed": apparent(side.dir),
         "used_closed": used(side.dir),
     }

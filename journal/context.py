@@ -49,7 +49,7 @@ def plan_context(
             f"(stored {n} items, got {len(new_items)}, epoch {new_epoch})"
         )
     # One encode of the whole prefix (a C loop) decides the common case.
-    if n and _encode(new_items[:n]) != _array_header(n) + b"".join(stored):
+    if n and _encode(new_items[:n]) != msgpack_array_header(n) + b"".join(stored):
         for i in range(n):
             item = new_items[i]
             if _encode(item) != stored[i] and not json_equal(_decode(stored[i]), item):
@@ -95,7 +95,8 @@ def _kind(value: Any) -> type:
     return type(value)
 
 
-def _array_header(n: int) -> bytes:
+def msgpack_array_header(n: int) -> bytes:
+    """The msgpack header of an array of `n` elements (to join already-encoded items)."""
     if n < 16:
         return bytes([0x90 | n])
     if n < 1 << 16:

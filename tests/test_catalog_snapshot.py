@@ -29,14 +29,11 @@ def _fill(root: Path, sessions: int, saves: int) -> None:
     store.close()
 
 
-def test_reopen_reads_only_the_catalog_tail(tmp_path: Path, monkeypatch) -> None:
-    root = tmp_path / "s"
-    _fill(root, sessions=40, saves=20)
-    assert (root / "catalog" / SNAPSHOT_FILE).exists()
-    expected = _listing(root)
-    applied: list[str] = []
+def _count_applied(monkeypatch) -> list[str]:  # type: ignore[no-untyped-def]
+    """Record the session id of every catalog record applied from now on."""
     from journal import catalog
 
+    applied: list[str] = []
     original = catalog.Catalog._apply
 
     def counting(self, r, span=None):  # type: ignore[no-untyped-def]
@@ -44,6 +41,15 @@ def test_reopen_reads_only_the_catalog_tail(tmp_path: Path, monkeypatch) -> None
         return original(self, r, span)
 
     monkeypatch.setattr(catalog.Catalog, "_apply", counting)
+    return applied
+
+
+def test_reopen_reads_only_the_catalog_tail(tmp_path: Path, monkeypatch) -> None:
+    root = tmp_path / "s"
+    _fill(root, sessions=40, saves=20)
+    assert (root / "catalog" / SNAPSHOT_FILE).exists()
+    expected = _listing(root)
+    applied = _count_applied(monkeypatch)
     assert _listing(root) == expected
     assert len(applied) < 40 * 20 // 2, f"replayed {len(applied)} catalog records"
 
@@ -81,14 +87,7 @@ def test_open_after_a_short_tail_snapshots_it(tmp_path: Path, monkeypatch) -> No
     monkeypatch.setattr(catalog, "SNAPSHOT_MIN_GROWTH", 4096)
     expected = _listing(root)  # this open replays the tail, then snapshots it
     assert snap.exists() and snap.stat().st_size > size_before
-    applied: list[str] = []
-    original = catalog.Catalog._apply
-
-    def counting(self, r, span=None):  # type: ignore[no-untyped-def]
-        applied.append(r.session_id)
-        return original(self, r, span)
-
-    monkeypatch.setattr(catalog.Catalog, "_apply", counting)
+    applied = _count_applied(monkeypatch)
     assert _listing(root) == expected
     assert applied == [], f"replayed {len(applied)} catalog records after the snapshot"
 

@@ -15,6 +15,21 @@ def _newest_segment(store_root: Path, session_dir: str) -> Path:
     return segs[-1]
 
 
+def _count_scans(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
+    """Record every catch-up scan of a session log from now on."""
+    from journal.session import Session
+
+    scans: list[int] = []
+    original = Session._catch_up
+
+    def counting(self, **kw):  # type: ignore[no-untyped-def]
+        scans.append(1)
+        return original(self, **kw)
+
+    monkeypatch.setattr(Session, "_catch_up", counting)
+    return scans
+
+
 def _event(n: int) -> Event:
     return Event(msg={"type": "warning", "message": f"event {n}"})
 
@@ -83,8 +98,6 @@ def test_appends_stay_on_the_fast_path_after_the_segments_are_listed_again(
     tmp_path: Path, monkeypatch
 ) -> None:
     """A re-listing of the log directory must not send every later write to a full scan."""
-    from journal.session import Session
-
     store = journal.open(tmp_path / "s")
     try:
         store.save(Checkpoint.empty("a"))
@@ -92,14 +105,7 @@ def test_appends_stay_on_the_fast_path_after_the_segments_are_listed_again(
         sess = store._sessions["a"]
         sess.log.list_segments()  # what a scan does when it reaches the end of a segment
         store.append_event("a", 2, _event(2))  # may catch up once
-        scans: list[int] = []
-        original = Session._catch_up
-
-        def counting(self, **kw):  # type: ignore[no-untyped-def]
-            scans.append(1)
-            return original(self, **kw)
-
-        monkeypatch.setattr(Session, "_catch_up", counting)
+        scans = _count_scans(monkeypatch)
         for n in range(3, 13):
             store.append_event("a", n, _event(n))
         assert scans == [], f"{len(scans)} catch-up scans for 10 appends"
@@ -109,8 +115,6 @@ def test_appends_stay_on_the_fast_path_after_the_segments_are_listed_again(
 
 def test_reads_of_a_trimmed_session_take_the_fast_path(tmp_path: Path, monkeypatch) -> None:
     """A segment that ends at its data is as quiet as one ending in zeros."""
-    from journal.session import Session
-
     root = tmp_path / "s"
     store = journal.open(root)
     store.save(Checkpoint.empty("a"))
@@ -119,14 +123,7 @@ def test_reads_of_a_trimmed_session_take_the_fast_path(tmp_path: Path, monkeypat
     reader = journal.open(root, read_only=True)
     try:
         assert reader.load("a") is not None
-        scans: list[int] = []
-        original = Session._catch_up
-
-        def counting(self, **kw):  # type: ignore[no-untyped-def]
-            scans.append(1)
-            return original(self, **kw)
-
-        monkeypatch.setattr(Session, "_catch_up", counting)
+        scans = _count_scans(monkeypatch)
         for _ in range(10):
             assert reader.event_page("a", EventPageRequest(limit=5)).events[0].sequence == 1
         assert scans == []

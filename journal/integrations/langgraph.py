@@ -68,6 +68,7 @@ except ImportError as exc:  # the extra is optional: say which one
         " pip install 'journal[langgraph]'"
     ) from exc
 
+from journal.context import msgpack_array_header
 from journal.errors import (
     ContractViolationError,
     CorruptionError,
@@ -126,14 +127,6 @@ def _typed(value: Any, where: str) -> tuple[str, bytes]:
     ):
         raise CorruptionError(f"{where}: expected [type, base64]")
     return value[0], _unb64(value[1], where)
-
-
-def _msgpack_array_header(n: int) -> bytes:
-    if n < 16:
-        return bytes([0x90 | n])
-    if n < 1 << 16:
-        return b"\xdc" + n.to_bytes(2, "big")
-    return b"\xdd" + n.to_bytes(4, "big")
 
 
 _json_encode = msgspec.json.Encoder().encode
@@ -413,7 +406,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         if self._fast_list and typed and all(kind == "msgpack" for kind, _ in typed):
             # One decode of one msgpack array instead of one call per item: the
             # items are msgpack values, so the array is their concatenation.
-            raw = _msgpack_array_header(len(typed)) + b"".join(data for _, data in typed)
+            raw = msgpack_array_header(len(typed)) + b"".join(data for _, data in typed)
             out = self.serde.loads_typed(("msgpack", raw))
             if isinstance(out, list) and len(out) == len(typed):
                 return out
