@@ -57,7 +57,8 @@ def open(root: str | os.PathLike[str], **options: Any) -> Store:
     Options: durability ("fsync" default: a call returns after its commit is on
     stable storage; "os": after the OS has the bytes, which survives a process
     crash but not a power loss), segment_bytes, lock_timeout, max_record_bytes,
-    create.
+    max_open_sessions, read_cache_bytes (memory for records read again; 0: none),
+    create, read_only.
     """
     return Store(root, **options)
 

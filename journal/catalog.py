@@ -32,6 +32,7 @@ from typing import Any
 import msgspec
 
 from . import fsio
+from .cache import ReadCache
 from .errors import CorruptionError, JournalError, StorageError
 from .locks import FileLock
 from .log import KIND_CATALOG, Log, ScanState
@@ -101,7 +102,13 @@ def sort_key(s: SessionSummary) -> SortKey:
 
 class Catalog:
     def __init__(
-        self, root: str, *, segment_bytes: int, lock_timeout: float, read_only: bool = False
+        self,
+        root: str,
+        *,
+        segment_bytes: int,
+        lock_timeout: float,
+        read_only: bool = False,
+        read_cache: ReadCache | None = None,
     ):
         self.dir = os.path.join(root, CATALOG_DIR)
         self.lock_timeout = lock_timeout
@@ -114,7 +121,13 @@ class Catalog:
             Log.create(log_dir, KIND_CATALOG)
         self.log: Log | None = None
         if not self.fresh or not read_only:
-            self.log = Log(log_dir, KIND_CATALOG, segment_bytes=segment_bytes, label="catalog")
+            self.log = Log(
+                log_dir,
+                KIND_CATALOG,
+                segment_bytes=segment_bytes,
+                label="catalog",
+                cache=read_cache,
+            )
         self.flock = FileLock(os.path.join(self.dir, "LOCK"), "the catalog")
         self._lock = threading.RLock()
         self.covered = 0
@@ -426,7 +439,7 @@ class ProcessRegistry:
             lock.close()
             raise StorageError(f"cannot lock new process registration {tmp}")
         try:
-            os.rename(tmp, self.path)
+            fsio.rename(tmp, self.path)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         except BaseException:
             lock.close()

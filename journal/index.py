@@ -95,6 +95,10 @@ class Index:
         self._flags = array("I")
         self._dirty_flags: dict[int, tuple[int, int, int]] = {}  # i -> (flags, pos, size)
         self.doubt = ""  # why the flushed entries cannot be trusted ("" if they can)
+        # The flushed entries the last read checked: (first slot, entries as in the file).
+        # A page read again (or the newest page after appends) reuses them unchecked;
+        # one range only, so memory stays proportional to a page.
+        self._checked: tuple[int, list[tuple[int, int, int, int]]] = (0, [])
 
     # ------------------------------------------------------------------ state
     @property
@@ -110,6 +114,7 @@ class Index:
         self._size, self._flags = array("I"), array("I")
         self._dirty_flags.clear()
         self.doubt = ""
+        self._checked = (0, [])
 
     def load(self) -> bool:
         """Adopt the file's flushed entries if its header is sound; else start empty."""
@@ -192,31 +197,46 @@ class Index:
             raise IndexDoubtError(self.doubt)
         if lo < self.flushed:
             stop = min(hi, self.flushed)
-            assert self._fd is not None
-            esz = self.entry.size
-            data = os.pread(self._fd, (stop - lo) * esz, INDEX_HEADER_SIZE + lo * esz)
-            if len(data) != (stop - lo) * esz:
-                raise IndexDoubtError(f"index {self.path} is shorter than its header says")
-            for k in range(stop - lo):
-                i = lo + k
-                if self.dense:
-                    pos, size, word = DENSE.unpack_from(data, k * esz)
-                    key, flags = i + 1, word & _FLAG_BITS
-                    ok = word & 0xFFFFFF00 == entry_check(i, key, pos, size, flags) & 0xFFFFFF00
-                else:
-                    key, pos, size, check = SPARSE.unpack_from(data, k * esz)
-                    flags = 0
-                    ok = check == entry_check(i, key, pos, size, 0)
-                if not ok:
-                    raise IndexDoubtError(f"index {self.path}: entry {i} fails its check")
-                dirty = self._dirty_flags.get(i)
-                if dirty is not None:
-                    flags = dirty[0]
-                out.append((key, pos, size, flags))
+            first, checked = self._checked
+            if first <= lo and stop <= first + len(checked):
+                out = checked[lo - first : stop - first]
+            else:
+                out = self._read_flushed(lo, stop)
+                if stop - lo > 1:  # a page, not a probe of a binary search
+                    self._checked = (lo, out[:])
+            if self._dirty_flags:
+                dirty = self._dirty_flags
+                out = [
+                    (e[0], e[1], e[2], dirty[lo + k][0]) if lo + k in dirty else e
+                    for k, e in enumerate(out)
+                ]
             lo = stop
         for i in range(max(lo, self.flushed), hi):
             j = i - self.flushed
             out.append((self._keys[j], self._pos[j], self._size[j], self._flags[j]))
+        return out
+
+    def _read_flushed(self, lo: int, stop: int) -> list[tuple[int, int, int, int]]:
+        """Flushed entries [lo, stop) from the file, each checked, flags as in the file."""
+        assert self._fd is not None
+        esz = self.entry.size
+        data = os.pread(self._fd, (stop - lo) * esz, INDEX_HEADER_SIZE + lo * esz)
+        if len(data) != (stop - lo) * esz:
+            raise IndexDoubtError(f"index {self.path} is shorter than its header says")
+        out: list[tuple[int, int, int, int]] = []
+        for k in range(stop - lo):
+            i = lo + k
+            if self.dense:
+                pos, size, word = DENSE.unpack_from(data, k * esz)
+                key, flags = i + 1, word & _FLAG_BITS
+                ok = word & 0xFFFFFF00 == entry_check(i, key, pos, size, flags) & 0xFFFFFF00
+            else:
+                key, pos, size, check = SPARSE.unpack_from(data, k * esz)
+                flags = 0
+                ok = check == entry_check(i, key, pos, size, 0)
+            if not ok:
+                raise IndexDoubtError(f"index {self.path}: entry {i} fails its check")
+            out.append((key, pos, size, flags))
         return out
 
     def key_at(self, i: int) -> int:
@@ -313,6 +333,7 @@ class Index:
         self._keys, self._pos = array("Q"), array("Q")
         self._size, self._flags = array("I"), array("I")
         self._dirty_flags.clear()
+        self._checked = (0, [])  # flags in the file changed
         self._close()
         self._fd = os.open(self.path, os.O_RDONLY)
 

@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 
 from . import eventrules, fsio, payloads
+from .cache import ReadCache
 from .context import plan_context
 from .errors import (
     ContractViolationError,
@@ -127,6 +128,7 @@ class SessionOptions:
     max_record_bytes: int = 64 << 20
     snapshot_bytes: int = 1 << 20  # write a snapshot after this much new log
     index_flush_entries: int = 4096
+    read_cache: ReadCache | None = None  # shared by a store's sessions
 
 
 @dataclass
@@ -157,6 +159,7 @@ class Session:
             KIND_SESSION,
             segment_bytes=options.segment_bytes,
             label=f"session {session_id!r}",
+            cache=options.read_cache,
         )
         self.flock = FileLock(os.path.join(directory, LOCK_FILE), f"session {session_id!r}")
         self._write_lock = threading.Lock()
@@ -298,6 +301,7 @@ class Session:
                     state = self._check_stable_tail(state)
             except CorruptionError as exc:
                 self.damage, self.damage_end = exc, state.end
+                self.log.forget_cached()  # the log is not what the cached records came from
                 if not tolerate:
                     raise
                 state.tail = "damaged"
@@ -311,6 +315,7 @@ class Session:
                     offset=state.stop_offset if state.path else None,
                 )
                 self.damage, self.damage_end = err, state.end
+                self.log.forget_cached()
                 if not tolerate:
                     raise err
             elif self.damage is not None and state.end > self.damage_end:
@@ -402,6 +407,7 @@ class Session:
         for everything before and after the damage (and for other processes).
         """
         with self._state_lock:
+            self.log.forget_cached()  # an index pointed at the wrong bytes: trust nothing read
             old = self.indexes
             self.indexes = {k: Index(self.dir, k) for k in old}
             try:
@@ -1051,7 +1057,6 @@ class Session:
         for idx in self.indexes.values():
             idx.close()
         self.flock.close()
-
 
     def _trim_on_close(self) -> None:
         """Give back the preallocated tail if we wrote last (never waits for a lock)."""

@@ -24,6 +24,7 @@ from typing import Any, Literal, TypeVar, cast
 import msgspec
 
 from . import validate
+from .cache import ReadCache
 from .catalog import (
     OP_DELETE,
     OP_EXECUTION,
@@ -177,6 +178,7 @@ class Store:
         lock_timeout: float = 10.0,
         max_record_bytes: int = 64 << 20,
         max_open_sessions: int = 256,
+        read_cache_bytes: int = 8 << 20,
         create: bool = True,
         read_only: bool = False,
     ):
@@ -186,6 +188,8 @@ class Store:
             raise InvalidInputError("segment_bytes must be at least 4096")
         if max_open_sessions < 1:
             raise InvalidInputError("max_open_sessions must be at least 1")
+        if read_cache_bytes < 0:
+            raise InvalidInputError("read_cache_bytes must be 0 (no cache) or more")
         self.root = os.path.abspath(os.fspath(root))
         # Read-only: takes no lock, writes nothing (no cache flush, no recovery, no
         # catalog append); for inspecting a store another process is writing.
@@ -198,6 +202,7 @@ class Store:
             segment_bytes=segment_bytes,
             lock_timeout=lock_timeout,
             max_record_bytes=max_record_bytes,
+            read_cache=ReadCache(read_cache_bytes) if read_cache_bytes else None,
         )
         # Open sessions, least recently used first; each holds a few file descriptors.
         self._sessions: dict[str, Session] = {}
@@ -580,6 +585,7 @@ class Store:
                 segment_bytes=16 << 20,
                 lock_timeout=self.options.lock_timeout,
                 read_only=self.read_only,
+                read_cache=self.options.read_cache,
             )
             catalog.refresh()
             catalog.snapshot_if_behind()
@@ -595,6 +601,7 @@ class Store:
                 segment_bytes=16 << 20,
                 lock_timeout=self.options.lock_timeout,
                 read_only=self.read_only,
+                read_cache=self.options.read_cache,
             )
             catalog.refresh()
             return catalog
