@@ -56,7 +56,17 @@ from .payloads import (
     ExecutionPayload,
     TranscriptPayload,
 )
-from .record import CHECKPOINT, COMMIT, EVENT, EXECUTION, PAD, TRANSCRIPT, Record, frame
+from .record import (
+    CHECKPOINT,
+    COMMIT,
+    EVENT,
+    EXECUTION,
+    FLAG_COMMIT,
+    PAD,
+    TRANSCRIPT,
+    Record,
+    frame,
+)
 from .types import (
     Checkpoint,
     Event,
@@ -141,6 +151,23 @@ class Recovery:
     detail: str
 
 
+_MAX_APPEND_BATCH = 256
+
+
+class _Append:
+    """One queued append_event: filled in by whichever thread commits it."""
+
+    __slots__ = ("done", "end", "error", "event", "recorded_at_ms", "result")
+
+    def __init__(self, recorded_at_ms: int, event: Event) -> None:
+        self.recorded_at_ms = recorded_at_ms
+        self.event = event
+        self.result: JournalEvent | None = None
+        self.error: BaseException | None = None
+        self.end = 0
+        self.done = False
+
+
 class Session:
     def __init__(self, directory: str, session_id: str, options: SessionOptions):
         self.dir = directory
@@ -163,6 +190,8 @@ class Session:
         )
         self.flock = FileLock(os.path.join(directory, LOCK_FILE), f"session {session_id!r}")
         self._write_lock = threading.Lock()
+        self._appends: list[_Append] = []  # queued appends, the leader first
+        self._appends_cv = threading.Condition(threading.Lock())
         self.users = 0  # calls using this object now (the store's cache never closes those)
         self._dead_epoch: int | None = None  # an epoch whose items `compact` dropped
         self._state_lock = threading.RLock()
@@ -765,36 +794,96 @@ class Session:
         return journal
 
     def append_event(self, recorded_at_ms: int, event: Event) -> JournalEvent:
-        with self.committing():
-            head = self.head
-            if head.sequence < 0:
-                raise NotFoundError(
-                    f"event journal session does not exist: {self.id!r} (save a checkpoint first)"
-                )
-            rules = head.rules.copy()
-            seq = head.event_counter + 1
-            removes, transient, metrics = eventrules.plan(rules, seq, recorded_at_ms, event)
-            payload = EventPayload(seq, recorded_at_ms, event, metrics, removes, transient)
-            end = self.commit_single(payload)
-            head.rules = rules
-            self.after_commit()
-        self.wait_durable(end)
-        return JournalEvent(
-            sequence=seq, recorded_at_ms=recorded_at_ms, event=event, stream_metrics=metrics
-        )
+        """Append one event as its own commit; concurrent appends share a write.
 
-    def commit_single(self, payload: EventPayload) -> int:
-        """An event on its own is a one-record commit: the event record closes itself."""
-        raw = _encode(payload)
-        if len(raw) > self.options.max_record_bytes:
-            raise_too_large(EVENT, len(raw), self.options.max_record_bytes)
-        data = frame(EVENT, raw, commit=True)
-        start = self.log.writer_end
-        end = self.log.write(data)
-        rec = Record(start, len(data), EVENT, 0x02, b"", int.from_bytes(data[:4], "little"))
+        Appends from several threads queue up; the first in line (the leader)
+        takes the write lock once and writes every queued event as its own
+        one-record commit in one `pwrite`, as LevelDB's writers do. Each event
+        is still a separate commit (a torn write keeps a prefix of them), each
+        caller still gets its own sequence or its own error, and durability is
+        still group commit (`wait_durable`). Without contention the queue holds
+        one append and this is a plain commit.
+        """
+        req = _Append(recorded_at_ms, event)
+        queue, cv = self._appends, self._appends_cv
+        with cv:
+            queue.append(req)
+            while not req.done and queue[0] is not req:
+                cv.wait()
+        if not req.done:
+            self._lead_appends(req)
+        if req.error is not None:
+            raise req.error
+        assert req.result is not None
+        self.wait_durable(req.end)
+        return req.result
+
+    def _lead_appends(self, leader: _Append) -> None:
+        batch = [leader]
+        try:
+            with self.committing():
+                with self._appends_cv:
+                    batch = self._appends[:_MAX_APPEND_BATCH]
+                try:
+                    self._commit_appends(batch)
+                    self.after_commit()
+                except BaseException as exc:
+                    for req in batch:
+                        req.error = req.error or exc
+                    raise
+        except BaseException as exc:  # e.g. the lock timed out: only the leader tried
+            leader.error = leader.error or exc
+        finally:
+            with self._appends_cv:
+                del self._appends[: len(batch)]
+                for req in batch:
+                    req.done = True
+                self._appends_cv.notify_all()
+
+    def _commit_appends(self, batch: list[_Append]) -> None:
+        """Write the batch's events as consecutive one-record commits (lock held)."""
+        head = self.head
+        if head.sequence < 0:
+            raise NotFoundError(
+                f"event journal session does not exist: {self.id!r} (save a checkpoint first)"
+            )
+        rules = head.rules
+        seq = head.event_counter
+        staged: list[tuple[_Append, EventPayload, bytes]] = []
+        for req in batch:
+            trial = rules.copy()  # an append that fails leaves the rules as they were
+            try:
+                removes, transient, metrics = eventrules.plan(
+                    trial, seq + 1, req.recorded_at_ms, req.event
+                )
+                payload = EventPayload(
+                    seq + 1, req.recorded_at_ms, req.event, metrics, removes, transient
+                )
+                raw = _encode(payload)
+                if len(raw) > self.options.max_record_bytes:
+                    raise_too_large(EVENT, len(raw), self.options.max_record_bytes)
+            except Exception as exc:  # this caller's input: the others go on
+                req.error = exc
+                continue
+            staged.append((req, payload, frame(EVENT, raw, commit=True)))
+            rules, seq = trial, seq + 1
+        if not staged:
+            return
+        pos = self.log.writer_end
+        self.log.write(b"".join(data for _, _, data in staged))
         with self._state_lock:
-            self._apply([rec], [payload])
-        return end
+            for req, payload, data in staged:
+                crc = int.from_bytes(data[:4], "little")
+                self._apply([Record(pos, len(data), EVENT, FLAG_COMMIT, b"", crc)], [payload])
+                pos += len(data)
+                req.end = pos
+                req.result = JournalEvent(
+                    sequence=payload.sequence,
+                    recorded_at_ms=payload.recorded_at_ms,
+                    event=payload.event,
+                    stream_metrics=payload.stream_metrics,
+                )
+            head.rules = rules
 
     # ------------------------------------------------------------------ reading
     def refresh(self) -> None:

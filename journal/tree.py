@@ -43,6 +43,8 @@ TXN_DIR = "txn"
 TRASH_DIR = "trash"
 TREE_LOCK = "tree.lock"
 INTENT_PREFIX = "delete-"
+_FINE_RACY_NS = 50_000_000  # see pending_session_dirs
+_COARSE_RACY_NS = 2_000_000_000
 
 
 class DeleteIntent(msgspec.Struct):
@@ -97,9 +99,12 @@ class Tree:
             for _, intent in self.intents():
                 pending.update(intent.session_dirs)
             # A directory's mtime can stay the same across changes made within one
-            # clock tick (coarse timestamps). Like git's "racy" index entries, a
-            # listing taken within a second of the mtime is not trusted next time.
-            racy = time.time_ns() - mtime < 1_000_000_000
+            # clock tick. Like git's "racy" index entries, a listing taken within a
+            # tick of the mtime is not trusted next time. Filesystems with whole-second
+            # timestamps get two seconds; fine-grained ones stamp from the kernel's
+            # coarse clock (a few ms per tick): 50 ms covers it many times over.
+            window = _COARSE_RACY_NS if mtime % 1_000_000_000 == 0 else _FINE_RACY_NS
+            racy = time.time_ns() - mtime < window
             self._pending, self._pending_mtime = pending, -1 if racy else mtime
         return self._pending
 

@@ -1,0 +1,114 @@
+"""Concurrent append_event calls on one session share a write, each with its own outcome."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import journal
+from journal import Checkpoint, Event, EventPageRequest, InvalidInputError, JournalEvent
+from journal.log import Log
+
+T0 = 1_700_000_000_000
+
+
+def _event(text: str) -> Event:
+    return Event(msg={"type": "warning", "message": text})
+
+
+def _queue_behind_the_lock(store: journal.Store, session_id: str, events: list[Event]) -> list[Any]:
+    """Start one thread per event while the session's write lock is held, wait until
+    every append is queued, release the lock, and return each call's outcome."""
+    sess = store._session(session_id)
+    assert sess is not None
+    outcomes: list[Any] = [None] * len(events)
+
+    def append(i: int) -> None:
+        try:
+            outcomes[i] = store.append_event(session_id, T0 + i, events[i])
+        except Exception as exc:
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=append, args=(i,)) for i in range(len(events))]
+    with sess.locked():
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while len(sess._appends) < len(events):
+            assert time.monotonic() < deadline, "appends did not queue up"
+            time.sleep(0.001)
+    for thread in threads:
+        thread.join(30)
+    return outcomes
+
+
+@pytest.mark.parametrize("durability", ["fsync", "os"])
+def test_queued_appends_share_one_write_and_keep_their_own_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str
+) -> None:
+    root = tmp_path / "s"
+    store = journal.open(root, durability=durability, max_record_bytes=4096)
+    writes: list[int] = []
+    original = Log.write
+
+    def counting(self: Log, data: bytes) -> int:
+        writes.append(len(data))
+        return original(self, data)
+
+    try:
+        store.save(Checkpoint.empty("a"))
+        store.append_event("a", T0, _event("before"))
+        monkeypatch.setattr(Log, "write", counting)
+        events = [_event(f"queued {i}") for i in range(8)]
+        events[3] = _event("x" * 10_000)  # too large for a record of 4 KiB: only this one fails
+        outcomes = _queue_behind_the_lock(store, "a", events)
+        assert len(writes) == 1, f"{len(writes)} writes for one queue of appends"
+        assert isinstance(outcomes[3], InvalidInputError)
+        assert "exceeds the limit" in str(outcomes[3])
+        ok = [o for i, o in enumerate(outcomes) if i != 3]
+        assert all(isinstance(o, JournalEvent) for o in ok)
+        assert sorted(o.sequence for o in ok) == list(range(2, 9))
+        for i, o in enumerate(outcomes):
+            if i != 3:
+                assert o.event == events[i] and o.recorded_at_ms == T0 + i
+    finally:
+        store.close()
+    # Each event is its own commit, and all of them are there after reopening.
+    store = journal.open(root, durability=durability)
+    try:
+        page = store.event_page("a", EventPageRequest(limit=20))
+        assert page.latest_sequence == 8
+        by_sequence = {o.sequence: o for o in ok}
+        assert [e.sequence for e in page.events] == list(range(8, 0, -1))
+        for stored in page.events[:-1]:
+            assert stored == by_sequence[stored.sequence]
+        # the next append continues the sequence
+        assert store.append_event("a", T0 + 100, _event("after")).sequence == 9
+    finally:
+        store.close()
+
+
+def test_a_failed_commit_fails_every_queued_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = journal.open(tmp_path / "s", durability="os")
+    try:
+        store.save(Checkpoint.empty("a"))
+        failing = journal.StorageError("disk full (injected)")
+
+        def broken(self: Log, data: bytes) -> int:
+            raise failing
+
+        monkeypatch.setattr(Log, "write", broken)
+        outcomes = _queue_behind_the_lock(store, "a", [_event(f"e{i}") for i in range(5)])
+        assert all(o is failing for o in outcomes), outcomes
+        monkeypatch.undo()
+        page = store.event_page("a", EventPageRequest(limit=10))
+        assert page.latest_sequence == 0 and page.events == []
+        assert store.append_event("a", T0, _event("later")).sequence == 1
+    finally:
+        store.close()
