@@ -37,10 +37,11 @@ import binascii
 import os
 import random
 import secrets
+import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,6 +103,9 @@ EV_DELETE = "langgraph_delete"
 _PAGE = 256
 _MAX_INDEXES = 256
 _MAX_LATE = 48  # late events the fast path reads one by one before it gives up
+_RAW_MEMO = 8192  # base64-decoded list items remembered (by identity) across reads
+_FP_LEN = 8  # fields of a current `fp` (5: written before `pend`, `mine`, `lastseq`)
+_MAX_PEND = 64  # checkpoints with pending ahead writes an event lists (more: not clean)
 
 
 # ----------------------------------------------------------------------- encoding
@@ -109,11 +113,23 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+if sys.version_info >= (3, 11):
+
+    def _b64decode(text: str) -> bytes:
+        # strict_mode validates in C what `validate=True` checks with a regex.
+        return binascii.a2b_base64(text, strict_mode=True)
+
+else:  # pragma: no cover - Python 3.10
+
+    def _b64decode(text: str) -> bytes:
+        return base64.b64decode(text, validate=True)
+
+
 def _unb64(text: Any, where: str) -> bytes:
     if not isinstance(text, str):
         raise CorruptionError(f"{where}: expected a base64 string")
     try:
-        return base64.b64decode(text, validate=True)
+        return _b64decode(text)
     except (binascii.Error, ValueError) as exc:
         raise CorruptionError(f"{where}: bad base64 ({exc})") from exc
 
@@ -172,6 +188,17 @@ class _Put:
     ctx_channel: str | None
     ctx_len: int
     epoch: int
+    # Where writes stored before this put can be: from `ahead[0]` on ([]: none),
+    # when `known` (its `fp` is clean); anywhere below it otherwise.
+    ahead: tuple[int, ...] = ()
+    known: bool = False
+
+    @property
+    def writes_from(self) -> int:
+        """The lowest event sequence that may hold a write of this checkpoint."""
+        if not self.known:
+            return 1
+        return self.ahead[0] if self.ahead else self.event_seq
 
 
 @dataclass
@@ -203,7 +230,14 @@ class _Index:
     # event ranges [a, b] whose every event is applied (writes, deletes) or here.
     iputs: dict[int, _Put] = field(default_factory=dict)
     iranges: list[tuple[int, int]] = field(default_factory=list)
+    # Checkpoint ids of ahead writes seen (event sequence -> id), for `_fp_next`.
+    wids: dict[int, str] = field(default_factory=dict)
+    located: dict[str, int] = field(default_factory=dict)  # `_locate` answers below `low`
     head: tuple[int, int, list[Any]] | None = None  # (seq, epoch, context) of the head
+    # The last context read with `checkpoint_at`: (seq, epoch, items). Within an
+    # epoch a checkpoint's context is a prefix of every later one's.
+    older: tuple[int, int, list[Any]] | None = None
+    order: list[_Put] | None = None  # `ordered()`, until `puts` or `deleted` change
     # The list items of the last put: (object, attribute snapshot, stored item).
     ser_cache: list[tuple[Any, Any, Any]] = field(default_factory=list)
 
@@ -212,10 +246,12 @@ class _Index:
         return self.low <= 1
 
     def ordered(self) -> list[_Put]:
-        """Visible checkpoints, newest first (by journal sequence)."""
-        puts = [p for p in self.puts.values() if p.id not in self.deleted]
-        puts.sort(key=lambda p: p.seq, reverse=True)
-        return puts
+        """Visible checkpoints, newest first (by journal sequence); do not modify."""
+        if self.order is None:
+            puts = [p for p in self.puts.values() if p.id not in self.deleted]
+            puts.sort(key=lambda p: p.seq, reverse=True)
+            self.order = puts
+        return self.order
 
     def add_write(self, checkpoint_id: str, key: tuple[str, int], w: _Write) -> None:
         slot = self.writes.setdefault(checkpoint_id, {})
@@ -244,8 +280,14 @@ class _Fp:
     or before this event; `ok`: every earlier event carried an `fp`, none was
     raced, and put ids grew strictly in log order; `is_late`: this event refers
     to an older checkpoint than `last` (writes of an earlier checkpoint, deletes).
-    A put's local writes therefore lie between it and the next put; every other
-    reference to it is on the `late` chain.
+    `pend`: for each checkpoint id named by an "ahead" write at or before this
+    event (a write naming an id newer than `last`: with LangGraph's
+    `durability="async"` a step's writes are often stored before its
+    checkpoint) whose put has not come yet, the sequence of the first such
+    write; `mine` (on a put): `[s]` when its id had such writes (they all lie in
+    `[s, put)`), else `[]`. A put's writes are therefore in `[mine, put)`, between
+    it and the next put, and on the `late` chain. `lastseq`: the event sequence
+    of the put `last` (0: unknown).
     """
 
     seq: int
@@ -254,6 +296,10 @@ class _Fp:
     last: str | None
     ok: bool
     is_late: bool
+    pend: tuple[int, ...] = ()
+    mine: tuple[int, ...] = ()
+    lastseq: int = 0
+    current: bool = False  # written with `pend`, `mine` and `lastseq`
 
     @property
     def clean(self) -> bool:
@@ -261,11 +307,23 @@ class _Fp:
         return self.ok and self.prev == self.seq - 1
 
 
+def _seqs(value: Any, below: int) -> tuple[int, ...] | None:
+    """A strictly increasing list of event sequences in [1, below], or None."""
+    if not isinstance(value, list) or len(value) > _MAX_PEND:
+        return None
+    last = 0
+    for s in value:
+        if not isinstance(s, int) or isinstance(s, bool) or not last < s <= below:
+            return None
+        last = s
+    return tuple(value)
+
+
 def _fp_of(ev: JournalEvent) -> _Fp | None:
     fp = ev.event.msg.get("fp")
     if (
         not isinstance(fp, list)
-        or len(fp) != 5
+        or len(fp) not in (5, _FP_LEN)
         or not isinstance(fp[0], int)
         or not isinstance(fp[1], int)
         or not (fp[2] is None or isinstance(fp[2], str))
@@ -276,26 +334,110 @@ def _fp_of(ev: JournalEvent) -> _Fp | None:
         or not 0 <= fp[1] < ev.sequence
     ):
         return None
-    return _Fp(ev.sequence, fp[0], fp[1], fp[2], fp[3], fp[4])
+    if len(fp) == 5:  # written before `pend`: its ahead writes are on the late chain
+        return _Fp(ev.sequence, fp[0], fp[1], fp[2], fp[3], fp[4])
+    pend = _seqs(fp[5], ev.sequence)
+    mine = _seqs(fp[6], ev.sequence - 1)
+    lastseq = fp[7]
+    if (
+        pend is None
+        or mine is None
+        or len(mine) > 1
+        or not isinstance(lastseq, int)
+        or isinstance(lastseq, bool)
+        or not 0 <= lastseq <= ev.sequence
+        or (fp[2] is None and lastseq != 0)
+    ):
+        return None
+    return _Fp(ev.sequence, fp[0], fp[1], fp[2], fp[3], fp[4], pend, mine, lastseq, True)
 
 
-def _fp_next(prev: _Fp | None, high: int, kind: str, checkpoint_id: str | None) -> list[Any]:
-    """The `fp` of a new event written after the event `high` (whose fp is `prev`)."""
+def _id_time(checkpoint_id: str | None) -> int | None:
+    """The timestamp of a uuid6 id (LangGraph's checkpoint ids), or None."""
+    c = checkpoint_id
+    if c is None or len(c) != 36 or c[8] != "-" or c[13] != "-" or c[14] != "6":
+        return None
+    try:
+        return int(c[0:8] + c[9:13] + c[15:18], 16)
+    except ValueError:
+        return None
+
+
+def _fp_next(
+    prev: _Fp | None,
+    high: int,
+    kind: str,
+    checkpoint_id: str | None,
+    resolve: Callable[[int], str | None],
+) -> list[Any]:
+    """The `fp` of a new event written after the event `high` (whose fp is `prev`).
+
+    `resolve(seq)` names the checkpoint of the pending ahead write `seq` (None:
+    unknown; the new event is then not clean). The new event is assumed to land
+    at `high + 1`; if it does not, its `prev` says so and nothing trusts it.
+    """
+    pend: list[int] = []
+    mine: list[int] = []
+    lastseq = 0
     if high == 0:
         late, last, ok = 0, None, True
     elif prev is None or prev.seq != high:
         late, last, ok = 0, None, False
     else:
         late = prev.seq if prev.is_late else prev.late
-        last, ok = prev.last, prev.clean
+        # After a 5-field `fp` (no `pend`: its ahead writes are unknown) nothing is clean.
+        last, ok, lastseq = prev.last, prev.clean and prev.current, prev.lastseq
+        if ok:
+            pend = list(prev.pend)
     if kind == EV_CHECKPOINT:
         is_late = False
         if checkpoint_id is None or (last is not None and not checkpoint_id > last):
             ok = False
+        if ok:
+            keep: list[int] = []
+            for s in pend:
+                named = resolve(s)
+                if named is None:
+                    ok = False
+                    break
+                if named == checkpoint_id:
+                    mine.append(s)
+                elif checkpoint_id is not None and named > checkpoint_id:
+                    keep.append(s)
+                # else: its put can no longer come while `ok` holds (ids grow)
+            pend = keep
         last = checkpoint_id
+        lastseq = high + 1 if checkpoint_id is not None else 0
+    elif kind == EV_WRITES and checkpoint_id is not None and checkpoint_id == last:
+        is_late = False  # local: between its put and the next one
+    elif (
+        kind == EV_WRITES
+        and ok
+        and checkpoint_id is not None
+        and (last is None or checkpoint_id > last)
+    ):
+        is_late = False  # ahead: its put (if any) comes later and names `[first, put)`
+        named_before = False
+        for s in pend:
+            named = resolve(s)
+            if named is None:
+                ok = False
+                break
+            if named == checkpoint_id:
+                named_before = True
+        if ok and not named_before:
+            if len(pend) >= _MAX_PEND:
+                ok = False  # too many checkpoints pending: stop trusting this session
+            else:
+                pend.append(high + 1)
     else:
-        is_late = kind != EV_WRITES or last is None or checkpoint_id != last
-    return [high, late, last, ok, is_late]
+        is_late = True
+    if not ok:
+        pend, mine = [], []
+    return [high, late, last, ok, is_late, pend, mine, lastseq]
+
+
+_Tuples = list[CheckpointTuple]
 
 
 class _NoFastPath(Exception):
@@ -339,6 +481,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         self._session_locks: dict[str, threading.RLock] = {}
         self._indexes: OrderedDict[str, _Index] = OrderedDict()
         self._fast_list = isinstance(self.serde, JsonPlusSerializer)
+        self._raw_memo: dict[int, tuple[Any, bytes]] = {}
 
     # ------------------------------------------------------------- lifecycle
     def close(self) -> None:
@@ -401,16 +544,45 @@ class JournalSaver(BaseCheckpointSaver[str]):
     def _load(self, value: Any, where: str) -> Any:
         return self.serde.loads_typed(_typed(value, where))
 
+    def _msgpack_items(self, items: list[Any], where: str) -> list[bytes] | None:
+        """The msgpack bytes of stored `[type, base64]` list items (None: not all msgpack).
+
+        Items are the (never mutated) lists of a stored context; the contexts of a
+        thread's checkpoints share them (one is a prefix of the next), so the
+        base64 decode of an item is remembered by identity, not repeated.
+        """
+        memo = self._raw_memo
+        out: list[bytes] = []
+        for item in items:
+            hit = memo.get(id(item))
+            if hit is not None and hit[0] is item:
+                out.append(hit[1])
+                continue
+            if (
+                type(item) is not list
+                or len(item) != 2
+                or item[0] != "msgpack"
+                or type(item[1]) is not str
+            ):
+                return None
+            raw = _unb64(item[1], where)
+            if len(memo) >= _RAW_MEMO:
+                memo.clear()
+            memo[id(item)] = (item, raw)  # holds the item: its id cannot be reused
+            out.append(raw)
+        return out
+
     def _load_list(self, items: list[Any], where: str) -> list[Any]:
-        typed = [_typed(item, where) for item in items]
-        if self._fast_list and typed and all(kind == "msgpack" for kind, _ in typed):
-            # One decode of one msgpack array instead of one call per item: the
-            # items are msgpack values, so the array is their concatenation.
-            raw = msgpack_array_header(len(typed)) + b"".join(data for _, data in typed)
-            out = self.serde.loads_typed(("msgpack", raw))
-            if isinstance(out, list) and len(out) == len(typed):
-                return out
-        return [self.serde.loads_typed(t) for t in typed]
+        if self._fast_list and items:
+            raws = self._msgpack_items(items, where)
+            if raws is not None:
+                # One decode of one msgpack array instead of one call per item: the
+                # items are msgpack values, so the array is their concatenation.
+                raw = msgpack_array_header(len(raws)) + b"".join(raws)
+                out = self.serde.loads_typed(("msgpack", raw))
+                if isinstance(out, list) and len(out) == len(raws):
+                    return out
+        return [self.serde.loads_typed(_typed(item, where)) for item in items]
 
     def _dump_items(
         self, values: list[Any], cache: list[tuple[Any, Any, Any]]
@@ -468,6 +640,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
     # ------------------------------------------------------------- index upkeep
     def _parse_put(self, idx: _Index, ev: JournalEvent) -> _Put:
         msg = ev.event.msg
+        fp = _fp_of(ev)
+        known = fp is not None and fp.clean and fp.current
         try:
             ctx = msg.get("ctx") or [None, 0, 0]
             return _Put(
@@ -480,6 +654,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 ctx_channel=ctx[0],
                 ctx_len=int(ctx[1]),
                 epoch=int(ctx[2]),
+                ahead=fp.mine if fp is not None and known else (),
+                known=known,
             )
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise CorruptionError(
@@ -494,6 +670,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             old = idx.puts.get(put.id)
             if old is None or old.seq < put.seq:
                 idx.puts[put.id] = put
+                idx.order = None
             if forward:
                 idx.head = None  # a newer checkpoint: the cached head is stale
         elif kind == EV_WRITES:
@@ -507,6 +684,9 @@ class JournalSaver(BaseCheckpointSaver[str]):
             ):
                 raise CorruptionError(f"session {idx.sid!r}: malformed writes event {ev.sequence}")
             path = msg.get("path") if isinstance(msg.get("path"), str) else ""
+            fp = msg.get("fp")
+            if isinstance(fp, list) and len(fp) == _FP_LEN and fp[5] and fp[5][-1] == ev.sequence:
+                idx.wids[ev.sequence] = cid  # an ahead write: a later put will name it
             for pos, w in enumerate(writes):
                 if not isinstance(w, list) or len(w) != 3:
                     raise CorruptionError(
@@ -520,6 +700,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             ids = msg.get("ids")
             if isinstance(ids, list):
                 idx.deleted.update(str(i) for i in ids)
+                idx.order = None
 
     def _index(self, sid: str, thread_id: str, ns: str) -> _Index | None:
         """The session's index, caught up with the store (None: no such session).
@@ -575,12 +756,16 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 idx.high_fp = _fp_of(ev)
                 after = ev.sequence
 
-    def _page_down(self, idx: _Index) -> bool:
-        """Index one more page of older events; False when already complete."""
+    def _page_down(self, idx: _Index, until: int = 0) -> bool:
+        """Index one more page of older events; False when already complete.
+
+        `until`: the event the caller needs (a smaller page when it is near).
+        """
         if idx.complete:
             return False
+        limit = _PAGE if until <= 0 else max(16, min(_PAGE, idx.low - until))
         page = self.store.event_page(
-            idx.sid, EventPageRequest(before_sequence=idx.low, limit=_PAGE)
+            idx.sid, EventPageRequest(before_sequence=idx.low, limit=limit)
         )
         for ev in page.events:  # newest first
             if ev.sequence < idx.low:
@@ -591,11 +776,22 @@ class JournalSaver(BaseCheckpointSaver[str]):
             idx.low = min(ev.sequence for ev in page.events)
         return True
 
+    def _cover(self, idx: _Index, put: _Put) -> _Put:
+        """Page down until every event that may hold a write of `put` is indexed.
+
+        Writes can be stored before their checkpoint (LangGraph's async
+        durability); a put with a clean `fp` says from where, any other put
+        needs the whole log.
+        """
+        while idx.low > put.writes_from and self._page_down(idx, put.writes_from):
+            pass
+        return put
+
     def _find(self, idx: _Index, checkpoint_id: str) -> _Put | None:
         while True:
             put = idx.puts.get(checkpoint_id)
             if put is not None:
-                return None if put.id in idx.deleted else put
+                return None if put.id in idx.deleted else self._cover(idx, put)
             if not self._page_down(idx):
                 return None
 
@@ -605,7 +801,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             if visible:
                 best = max(visible, key=lambda p: p.seq)
                 # A put below the covered range cannot be newer than a covered one.
-                return best
+                return self._cover(idx, best)
             if not self._page_down(idx):
                 return None
 
@@ -613,12 +809,14 @@ class JournalSaver(BaseCheckpointSaver[str]):
         """Visible checkpoints newest first, paging older events in as needed."""
         done: set[str] = set()
         while True:
+            low = idx.low
             for put in idx.ordered():
                 if put.id in done or (before_seq is not None and put.seq >= before_seq):
                     continue
                 done.add(put.id)
-                yield put
-            if not self._page_down(idx):
+                # Paging down here only adds older puts (seen by the next round).
+                yield self._cover(idx, put)
+            if idx.low == low and not self._page_down(idx):
                 return
 
     # ------------------------------------------------------------- fast path
@@ -668,14 +866,49 @@ class JournalSaver(BaseCheckpointSaver[str]):
 
         Returns `low` when every put below `low` has a smaller id.
         """
+        hit = idx.located.get(checkpoint_id)
+        if hit is not None and hit < idx.low:
+            return hit
+        ans = self._search(idx, checkpoint_id)
+        if ans < idx.low:
+            if len(idx.located) >= _PAGE:
+                idx.located.clear()
+            idx.located[checkpoint_id] = ans
+        return ans
+
+    def _search(self, idx: _Index, checkpoint_id: str) -> int:
         lo, hi, ans = 1, idx.low - 1, idx.low
+        # Binary search; while LangGraph's uuid6 ids (time-ordered) let it, the
+        # probe is guessed by interpolating the ids' timestamps between the last
+        # two puts seen (a guess that does not halve the range is followed by a
+        # plain halving step, so never more than about 2*log2(n) probes).
+        target = _id_time(checkpoint_id)
+        pts: list[tuple[int, int]] = []  # (event sequence of a put, its id's time)
+        top = idx.high_fp
+        if top is not None and top.lastseq and (t := _id_time(top.last)) is not None:
+            pts.append((top.lastseq, t))
+        guess_ok = True
         while lo <= hi:
             mid = (lo + hi) // 2
+            if target is not None and guess_ok and len(pts) >= 2:
+                (s1, t1), (s2, t2) = pts[-2], pts[-1]
+                if t1 != t2:
+                    guess = s1 + round((target - t1) * (s2 - s1) / (t2 - t1))
+                    mid = min(max(guess, lo), hi)
+            width = hi - lo
             _, fp = self._event_at(idx, mid)
-            if fp.last is not None and fp.last >= checkpoint_id:
-                ans, hi = mid, mid - 1
+            last = fp.last
+            put_at = fp.lastseq if 0 < fp.lastseq <= mid else 0
+            if last is not None and last >= checkpoint_id:
+                if last == checkpoint_id and put_at:
+                    return put_at  # the put itself: every event before it names an older id
+                ans = put_at or mid
+                hi = ans - 1
             else:
                 lo = mid + 1
+            if put_at and (t := _id_time(last)) is not None:
+                pts.append((put_at, t))
+            guess_ok = hi - lo <= width // 2
         return ans
 
     def _island_put(self, idx: _Index, seq: int) -> _Put:
@@ -705,6 +938,33 @@ class JournalSaver(BaseCheckpointSaver[str]):
             else:
                 self._apply(idx, ev, forward=False)
 
+    def _ensure_ahead(self, idx: _Index, put: _Put) -> None:
+        """Apply the events `[ahead, put)` of a put below `low` (its writes stored before it)."""
+        if not put.ahead:
+            return
+        lo, hi = put.ahead[0], put.event_seq - 1
+        r = self._range_at(idx, lo)
+        if r is not None and r[1] >= hi:
+            return
+        first = True
+        after = lo - 1
+        while after < hi:
+            events = [
+                ev
+                for ev in self.store.events_after(idx.sid, after, min(hi - after, _PAGE))
+                if ev.sequence <= hi
+            ]
+            if not events or (first and events[0].sequence != lo):
+                raise _NoFastPath
+            if first:
+                msg = events[0].event.msg
+                if msg.get("type") != EV_WRITES or msg.get("id") != put.id:
+                    raise _NoFastPath  # not what the put says: trust nothing
+                first = False
+            self._island_events(idx, events)
+            self._add_range(idx, after + 1, events[-1].sequence)
+            after = events[-1].sequence
+
     def _range_at(self, idx: _Index, seq: int) -> tuple[int, int] | None:
         for a, b in idx.iranges:
             if a <= seq <= b:
@@ -733,6 +993,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             for seq in sorted((e for e in idx.iputs if a <= e < pos), reverse=True):
                 put = idx.iputs[seq]
                 if put.id not in idx.deleted:
+                    self._ensure_ahead(idx, put)
                     yield put
             pos = a
 
@@ -781,7 +1042,55 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 after = events[-1].sequence if events else end
             idx.iputs[at] = put
             self._add_range(idx, at, end)
-        return None if put.id in idx.deleted else put
+        if put.id in idx.deleted:
+            return None
+        self._ensure_ahead(idx, put)
+        return put
+
+    def _ahead_from(self, idx: _Index, checkpoint_id: str) -> int | None:
+        """For a write whose checkpoint is not put yet: where its earlier writes start.
+
+        When the newest event is clean and `checkpoint_id` is newer than every put
+        so far, every earlier write naming it was an ahead write, at or after the
+        first one, which `pend` lists. None: unknown (or not an ahead write).
+        """
+        fp = idx.high_fp
+        if fp is None or not fp.current or not fp.clean or fp.seq != idx.high:
+            return None
+        if fp.last is not None and not checkpoint_id > fp.last:
+            return None
+        resolve = self._resolver(idx)
+        for s in fp.pend:
+            named = resolve(s)
+            if named is None:
+                return None
+            if named == checkpoint_id:
+                return s
+        return idx.high + 1
+
+    def _resolver(self, idx: _Index) -> Callable[[int], str | None]:
+        """`resolve` for `_fp_next`: the checkpoint id an ahead write event names."""
+
+        def resolve(seq: int) -> str | None:
+            cid = idx.wids.get(seq)
+            if cid is not None:
+                return cid
+            try:
+                page = self.store.event_page(
+                    idx.sid, EventPageRequest(before_sequence=seq + 1, limit=1)
+                )
+            except JournalError:
+                return None
+            if not page.events or page.events[0].sequence != seq:
+                return None
+            msg = page.events[0].event.msg
+            named = msg.get("id")
+            if msg.get("type") != EV_WRITES or not isinstance(named, str):
+                return None
+            idx.wids[seq] = named
+            return named
+
+        return resolve
 
     def _forget(self, sid: str) -> None:
         with self._lock:
@@ -889,7 +1198,9 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 if n > len(items) or head_items != items[:n]:
                     epoch += 1
                 msg["seq"] = head_seq + 1
-                msg["fp"] = _fp_next(idx.high_fp, idx.high, EV_CHECKPOINT, checkpoint["id"])
+                msg["fp"] = _fp_next(
+                    idx.high_fp, idx.high, EV_CHECKPOINT, checkpoint["id"], self._resolver(idx)
+                )
                 msg["ctx"] = [ctx_channel, len(items), epoch]
                 cp = Checkpoint(
                     version=CHECKPOINT_VERSION,
@@ -962,7 +1273,11 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 idx = self._index(sid, thread_id, ns)
                 if idx is None:
                     raise NotFoundError(f"session {sid!r} vanished")
-            if self._find(idx, checkpoint_id) is None:
+            ahead = self._ahead_from(idx, checkpoint_id)
+            if ahead is not None:  # its put is still to come: earlier writes are >= ahead
+                while idx.low > ahead and self._page_down(idx, ahead):
+                    pass
+            elif self._find(idx, checkpoint_id) is None:
                 while self._page_down(idx):  # writes for an unknown id: check them all
                     pass
             existing = idx.writes.get(checkpoint_id, {})
@@ -981,7 +1296,9 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 "task": task_id,
                 "path": task_path,
                 "w": entries,
-                "fp": _fp_next(idx.high_fp, idx.high, EV_WRITES, checkpoint_id),
+                "fp": _fp_next(
+                    idx.high_fp, idx.high, EV_WRITES, checkpoint_id, self._resolver(idx)
+                ),
             }
             ev = self.store.append_event(sid, int(time.time() * 1000), Event(msg=msg))
             if ev.sequence == idx.high + 1:
@@ -1044,9 +1361,17 @@ class JournalSaver(BaseCheckpointSaver[str]):
             hit = cache.get(put.epoch)
             if hit is not None and hit[0] >= put.seq and len(hit[1]) >= put.ctx_len:
                 return hit[1][: put.ctx_len]
-        head = self._head(idx)
-        if head[0] == put.seq:
+        head = idx.head  # not loaded for this: `checkpoint_at` reads the head too
+        older = idx.older
+        if head is not None and head[0] == put.seq:
             items = head[2]
+        elif (
+            older is not None
+            and older[1] == put.epoch
+            and older[0] >= put.seq
+            and len(older[2]) >= put.ctx_len
+        ):
+            items = older[2][: put.ctx_len]
         else:
             cp = self.store.checkpoint_at(idx.sid, put.seq)
             if cp is None:
@@ -1059,6 +1384,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                     f"session {idx.sid!r}: checkpoint sequence {put.seq} is not {put.id}"
                 )
             items = cp.context
+            idx.older = (put.seq, put.epoch, items)
         if len(items) != put.ctx_len:
             raise CorruptionError(
                 f"session {idx.sid!r}: checkpoint {put.id} has {len(items)} context items,"
@@ -1144,30 +1470,52 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 idx = self._index(sid, thread_id, ns)
                 if idx is None:
                     continue
-                before_seq: int | None = None
-                puts = self._fast_before(idx, before_id) if before_id is not None else None
-                if puts is not None:
-                    before_seq = -1  # the fast path yields only older puts
-                else:
+                found: _Tuples | None = None
+                if before_id is not None:
+                    puts = self._fast_before(idx, before_id)
+                    if puts is not None:
+                        try:  # the fast path yields only older puts
+                            found = self._collect(
+                                idx, puts, -1, before_id, checkpoint_id, filter, remaining
+                            )
+                        except _NoFastPath:
+                            found = None
+                if found is None:
+                    before_seq: int | None = None
                     if before_id is not None:
                         anchor = self._find(idx, before_id)
                         before_seq = anchor.seq if anchor is not None else None
                     puts = self._iter_puts(idx, before_seq)
-                found: list[CheckpointTuple] = []
-                cache: dict[int, tuple[int, list[Any]]] = {}
-                for put in puts:
-                    if checkpoint_id is not None and put.id != checkpoint_id:
-                        continue
-                    if before_id is not None and before_seq is None and put.id >= before_id:
-                        continue
-                    if filter and not all(put.metadata.get(k) == v for k, v in filter.items()):
-                        continue
-                    found.append(self._tuple(idx, put, cache))
-                    if remaining is not None:
-                        remaining -= 1
-                        if remaining <= 0:
-                            break
+                    found = self._collect(
+                        idx, puts, before_seq, before_id, checkpoint_id, filter, remaining
+                    )
+                if remaining is not None:
+                    remaining -= len(found)
             yield from found
+
+    def _collect(
+        self,
+        idx: _Index,
+        puts: Iterator[_Put],
+        before_seq: int | None,
+        before_id: str | None,
+        checkpoint_id: str | None,
+        filter: dict[str, Any] | None,
+        limit: int | None,
+    ) -> _Tuples:
+        found: _Tuples = []
+        cache: dict[int, tuple[int, list[Any]]] = {}
+        for put in puts:
+            if checkpoint_id is not None and put.id != checkpoint_id:
+                continue
+            if before_id is not None and before_seq is None and put.id >= before_id:
+                continue
+            if filter and not all(put.metadata.get(k) == v for k, v in filter.items()):
+                continue
+            found.append(self._tuple(idx, put, cache))
+            if limit is not None and len(found) >= limit:
+                break
+        return found
 
     # ------------------------------------------------------------- deletes
     def delete_thread(self, thread_id: str) -> None:
@@ -1189,7 +1537,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             "n": secrets.token_hex(4),
             "ids": [*ids],
             "reason": reason,
-            "fp": _fp_next(idx.high_fp, idx.high, EV_DELETE, None),
+            "fp": _fp_next(idx.high_fp, idx.high, EV_DELETE, None, self._resolver(idx)),
         }
         self.store.append_event(idx.sid, int(time.time() * 1000), Event(msg=msg))
 
@@ -1250,6 +1598,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             top = self.store.event_page(target, EventPageRequest(limit=1))
             high = top.latest_sequence
             high_fp = _fp_of(top.events[0]) if top.events else None
+            copied: dict[int, str] = {}  # target event sequence -> id of the writes copied there
             while True:
                 events = self.store.events_after(sid, after, _PAGE)
                 if not events:
@@ -1263,11 +1612,13 @@ class JournalSaver(BaseCheckpointSaver[str]):
                     msg["n"] = secrets.token_hex(4)
                     cid = msg.get("id") if kind != EV_DELETE else None
                     msg["fp"] = _fp_next(
-                        high_fp, high, str(kind), cid if isinstance(cid, str) else None
+                        high_fp, high, str(kind), cid if isinstance(cid, str) else None, copied.get
                     )
                     if kind != EV_CHECKPOINT:
                         done = self.store.append_event(target, ev.recorded_at_ms, Event(msg=msg))
                         high, high_fp = done.sequence, _fp_of(done)
+                        if kind == EV_WRITES and isinstance(cid, str):
+                            copied[done.sequence] = cid
                         continue
                     cp = self.store.checkpoint_at(sid, int(msg["seq"]))
                     if cp is None:
