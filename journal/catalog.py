@@ -329,29 +329,44 @@ class Catalog:
                 for r in records:
                     self._apply(r)
             return
-        data = b"".join(frame(CATALOG, _encode(r), commit=True) for r in records)
-        if not data:
+        frames = [frame(CATALOG, _encode(r), commit=True) for r in records]
+        if not frames:
             return
         with self._lock:
             self.flock.acquire(self.lock_timeout)
             try:
-                state = self.refresh()
-                if state.tail != "clean":
-                    # We hold the lock, so unfinished bytes are a dead writer's: cut them.
-                    state = self.refresh(strict=True)
-                    if state.tail == "corrupt":
-                        raise CorruptionError(
-                            f"catalog: {state.detail}", path=state.path, offset=state.file_offset
-                        )
-                    if state.tail == "torn":
-                        self.log.truncate_tail(state.end)
-                self.log.open_writer(self.covered)
-                self.log.write(data)
-                self.refresh()
+                # Fast path, as for sessions: our writer is where we last wrote and
+                # nobody appended since (one pread), so there is nothing to read first.
+                if not self.log.untouched_since(self.covered):
+                    self._prepare_write()
+                start = self.log.writer_end
+                self.log.write(b"".join(frames))
+                # Apply our own records instead of reading them back.
+                pos = start
+                for r, data in zip(records, frames, strict=True):
+                    self._apply(r, (pos, len(data)))
+                    self.anchor = (pos, int.from_bytes(data[:4], "little"))
+                    pos += len(data)
+                self.covered = pos
                 if self._snapshot_due():
                     self._write_snapshot()
             finally:
                 self.flock.release()
+
+    def _prepare_write(self) -> None:
+        """Read what others appended, cut a dead writer's torn tail, open our writer."""
+        assert self.log is not None
+        state = self.refresh()
+        if state.tail != "clean":
+            # We hold the lock, so unfinished bytes are a dead writer's: cut them.
+            state = self.refresh(strict=True)
+            if state.tail == "corrupt":
+                raise CorruptionError(
+                    f"catalog: {state.detail}", path=state.path, offset=state.file_offset
+                )
+            if state.tail == "torn":
+                self.log.truncate_tail(state.end)
+        self.log.open_writer(self.covered)
 
     def _snapshot_due(self) -> bool:
         grown = self.covered - self._snapshot_covered

@@ -12,6 +12,7 @@ value comparison keeps JSON's types apart, as serde_json does: `true`, `1` and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -27,14 +28,18 @@ def encode_items(items: list[Any]) -> list[bytes]:
 
 
 def plan_context(
-    stored: list[bytes] | None,
+    stored: Sequence[bytes | msgspec.Raw] | None,
     stored_epoch: int,
     new_items: list[Any],
     new_epoch: int,
+    *,
+    joined: bytes | None = None,
 ) -> tuple[int, list[bytes]]:
     """Return (base, tail): how many stored items stay, and the encoded items to append.
 
-    `stored` is None for a session with no checkpoint yet.
+    `stored` is None for a session with no checkpoint yet. `joined`, when given,
+    is `b"".join(stored)`, kept by the caller so a save does not copy the whole
+    stored context again.
     """
     if stored is None or new_epoch > stored_epoch:
         return 0, encode_items(new_items)
@@ -49,10 +54,13 @@ def plan_context(
             f"(stored {n} items, got {len(new_items)}, epoch {new_epoch})"
         )
     # One encode of the whole prefix (a C loop) decides the common case.
-    if n and _encode(new_items[:n]) != msgpack_array_header(n) + b"".join(stored):
+    if joined is None:
+        joined = b"".join(stored)
+    if n and _encode(new_items[:n]) != msgpack_array_header(n) + joined:
         for i in range(n):
             item = new_items[i]
-            if _encode(item) != stored[i] and not json_equal(_decode(stored[i]), item):
+            old = bytes(stored[i])
+            if _encode(item) != old and not json_equal(_decode(old), item):
                 raise ContractViolationError(
                     "context prefix changed without advancing its epoch "
                     f"(item {i}, epoch {new_epoch})"

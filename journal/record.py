@@ -59,7 +59,7 @@ _local = threading.local()
 def _compressor() -> Any:
     c = getattr(_local, "cctx", None)
     if c is None:
-        c = zstandard.ZstdCompressor(level=3)
+        c = zstandard.ZstdCompressor(level=1)
         _local.cctx = c
     return c
 

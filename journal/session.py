@@ -191,6 +191,7 @@ class Session:
         self.flock = FileLock(os.path.join(directory, LOCK_FILE), f"session {session_id!r}")
         self._write_lock = threading.Lock()
         self._appends: list[_Append] = []  # queued appends, the leader first
+        self._context_cache: tuple[list[msgspec.Raw], int, bytes] | None = None
         self._appends_cv = threading.Condition(threading.Lock())
         self.users = 0  # calls using this object now (the store's cache never closes those)
         self._dead_epoch: int | None = None  # an epoch whose items `compact` dropped
@@ -698,6 +699,24 @@ class Session:
         for idx in self.indexes.values():
             idx.flush(self.head.covered, anchor)
 
+    def _joined_context(self) -> bytes:
+        """`b"".join(head.context)`, kept between saves (writers hold the lock).
+
+        The head's context list only grows in place within an epoch and is
+        replaced by a new list otherwise, so the cache holds the list itself (not
+        its id, which a new list could reuse) and how many items it joined.
+        """
+        context = self.head.context
+        cached = self._context_cache
+        if cached is not None and cached[0] is context and cached[1] <= len(context):
+            joined = cached[2]
+            if cached[1] < len(context):
+                joined += b"".join(context[cached[1] :])
+        else:
+            joined = b"".join(context)
+        self._context_cache = (context, len(context), joined)
+        return joined
+
     def wait_durable(self, end: int) -> None:
         if self.options.durable:
             self.log.wait_durable(end)
@@ -729,9 +748,13 @@ class Session:
                     f"checkpoint sequence did not advance (session {self.id!r}: stored "
                     f"{head.sequence}, got {checkpoint.sequence})"
                 )
-            stored = [bytes(r) for r in head.context] if head.sequence >= 0 else None
+            stored = head.context if head.sequence >= 0 else None
             base, tail = plan_context(
-                stored, head.epoch, checkpoint.context, checkpoint.context_epoch
+                stored,
+                head.epoch,
+                checkpoint.context,
+                checkpoint.context_epoch,
+                joined=self._joined_context() if stored is not None else None,
             )
             seq = checkpoint.sequence
             receipts = []
