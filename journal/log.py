@@ -164,6 +164,11 @@ class Log:
         # space of this log's own that `forget_cached` replaces.
         self._cache = cache
         self._space = cache.new_space() if cache is not None else 0
+        # False for a log built in private (a new session in tmp/): it gets no
+        # zeros ahead of its data, and closing it does not sync: whoever publishes
+        # it syncs everything at once (`Session.seal`).
+        self.preallocate = True
+        self.sync_on_close = True
         self.list_segments()
 
     def forget_cached(self) -> None:
@@ -734,7 +739,9 @@ class Log:
             assert w is not None
         start = w.data_end
         end = start + len(data)
-        if end > w.alloc_end:
+        if end > w.alloc_end and not self.preallocate:
+            w.alloc_end = end  # the write below extends the file
+        elif end > w.alloc_end:
             grow = min(max(w.alloc_end - w.seg.base, _PREALLOC_MIN), _PREALLOC_MAX)
             new_alloc = max(end, start + grow)
             zeros = bytes(new_alloc - w.alloc_end)
@@ -845,7 +852,7 @@ class Log:
                 # about to wait for commits written before now. Sync them here: they then
                 # find their bytes durable, instead of syncing a closed descriptor (or
                 # asserting on a missing writer) when recovery closes the writer.
-                if w.synced_end < w.data_end and not w.poisoned:
+                if w.synced_end < w.data_end and not w.poisoned and self.sync_on_close:
                     fsio.sync_data(w.fd, w.seg.path)
                     w.synced_end = w.data_end
             except StorageError as exc:

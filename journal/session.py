@@ -16,6 +16,7 @@ they know ("refresh") and never see bytes that a commit record does not close.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -169,7 +170,13 @@ class _Append:
 
 
 class Session:
-    def __init__(self, directory: str, session_id: str, options: SessionOptions):
+    def __init__(
+        self, directory: str, session_id: str, options: SessionOptions, *, private: bool = False
+    ):
+        """Open the session in `directory`. `private`: a directory from `build`, not
+        yet published, whose first commit `seal` makes durable (no sync before)."""
+        if private:
+            options = dataclasses.replace(options, durable=False)
         self.dir = directory
         self.id = session_id
         self.options = options
@@ -188,6 +195,8 @@ class Session:
             label=f"session {session_id!r}",
             cache=options.read_cache,
         )
+        if private:
+            self.log.preallocate = self.log.sync_on_close = False
         self.flock = FileLock(os.path.join(directory, LOCK_FILE), f"session {session_id!r}")
         self._write_lock = threading.Lock()
         self._appends: list[_Append] = []  # queued appends, the leader first
@@ -254,16 +263,21 @@ class Session:
     def seal(directory: str) -> None:
         """Make a directory from `build` durable before it is published by rename.
 
-        The segment needs no sync here: the caller has closed the Session that wrote
-        the first commit, and `Log.close` fdatasyncs what its writer wrote (in "os"
-        mode too), which also covers the segment header. Every directory is synced
-        after all its entries exist: syncing the session directory before `log/`
-        existed once let a power loss leave a session without its log (found by
-        tests/test_lost_writes.py).
+        The caller has written the first commit through a `private` Session and
+        closed it, which synced nothing. Its segment, identity file, `log/` and the
+        directory itself are synced here, concurrently (`fsio.sync_all`): nothing
+        is published until all four are durable, so their order does not matter.
+        Every directory is synced after all its entries exist: syncing the session
+        directory before `log/` existed once let a power loss leave a session
+        without its log (found by tests/test_lost_writes.py).
         """
-        fsio.sync_path(os.path.join(directory, IDENTITY_FILE))
-        fsio.sync_dir(os.path.join(directory, LOG_DIR))
-        fsio.sync_dir(directory)
+        log_dir = os.path.join(directory, LOG_DIR)
+        segments = [os.path.join(log_dir, n) for n in os.listdir(log_dir) if n.endswith(".seg")]
+        fsio.sync_all(
+            data_files=segments,
+            files=[os.path.join(directory, IDENTITY_FILE)],
+            dirs=[log_dir, directory],
+        )
 
     # ------------------------------------------------------------ cache loading
     def _open_caches(self) -> None:

@@ -468,11 +468,11 @@ class Store:
         tmp = os.path.join(self.root, TMP_DIR, f"new-{uuid.uuid4().hex}")
         try:
             Session.build(tmp, SessionIdentity(cp.session_id, created_at=now))
-            first = Session(tmp, cp.session_id, self.options)
+            first = Session(tmp, cp.session_id, self.options, private=True)
             try:
                 journal = first.save(cp, items, rec, evs, now=now)
             finally:
-                first.close()  # syncs the log (see Session.seal)
+                first.close()  # syncs nothing: Session.seal syncs it all
             # No cache files: the first open rebuilds them from one commit, for less
             # than writing them here costs. No sync of tmp/ itself: the rename moves
             # the directory, and syncing its new parent afterwards makes it durable.
@@ -926,14 +926,14 @@ class Store:
             tmp = os.path.join(self.root, TMP_DIR, f"fork-{uuid.uuid4().hex}")
             ident = SessionIdentity(cp.session_id, parent_session_id, parent_sequence, now)
             Session.build(tmp, ident)
-            child = Session(tmp, cp.session_id, self.options)
+            child = Session(tmp, cp.session_id, self.options, private=True)
             try:
                 child.save(cp, list(cp.context), None, [], now=now)
                 # The catalog entry comes from the child as built: the published
                 # directory is opened when something first uses it, not here.
                 summary, covered = self._summary_of(child)
             finally:
-                child.close()  # syncs the log (see Session.seal)
+                child.close()  # syncs nothing: Session.seal syncs it all
             assert summary is not None
             Session.seal(tmp)
             fsio.rename(tmp, path)

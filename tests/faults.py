@@ -51,6 +51,12 @@ Pending = tuple[str, int, bytes]  # ("w", offset, data) or ("t", size, b"")
 class PowerLossOps(fsio.FileOps):
     """A `FileOps` that performs every operation and records what is durable."""
 
+    # One operation at a time: the hook takes crash images between operations.
+    # `fsio.sync_all` then syncs a new session's parts in a row, one order among
+    # those the concurrent version can finish in; until the rename after it, any
+    # subset of them is durable garbage in tmp/ anyway.
+    concurrent = False
+
     def __init__(self, root: str):
         self.root = os.path.realpath(root)
         self._next = 0
