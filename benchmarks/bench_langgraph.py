@@ -11,8 +11,10 @@ journal "os" vs SQLite synchronous=NORMAL; both WAL):
 
 - per-step latency: wall time of the run / number of checkpoints;
 - `list` latency deep in the long thread: `list(before=<a checkpoint 90% of the
-  way back>, limit=10)`, median of several calls, warm (same saver) and cold
-  (a new saver object: the journal saver rebuilds its index from the log);
+  way back>, limit=10)`, cold (the first call of a new saver object and
+  store/connection: the journal saver has no index yet) and warm (the same
+  saver again); medians over several rounds in which the two savers take
+  turns, so that drift of a shared machine hits both alike;
 - bytes on disk after N steps (every file of the store / the database + WAL).
 
 Ratios are SQLite / journal: > 1 means the journal saver is better. Needs
@@ -116,58 +118,69 @@ def make_journal(path: str, durable: bool) -> tuple[Any, Callable[[], None]]:
     return saver, saver.close
 
 
-def run_one(
+def build_one(
     name: str,
     factory: Callable[[str, bool], tuple[Any, Callable[[], None]]],
     durable: bool,
     steps: int,
-    list_reps: int,
 ) -> dict[str, Any]:
+    """Run the graph on a fresh store; the store stays on disk for `measure_lists`."""
     path = tempfile.mkdtemp(prefix=f"bench-lg-{name}-")
-    try:
-        saver, close = factory(path, durable)
-        # Each model+tools+count round is 3 steps; recursion_limit bounds supersteps.
-        graph = build(steps).compile(checkpointer=saver)
-        cfg: Any = {"configurable": {"thread_id": "bench"}, "recursion_limit": steps + 10}
-        t0 = time.perf_counter()
-        graph.invoke(
-            {"messages": [HumanMessage(content="why is CI red?")], "steps": 0},
-            cfg,
-            durability=GRAPH_DURABILITY,  # type: ignore[arg-type]
-        )
-        elapsed = time.perf_counter() - t0
-        ids = [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg)]
-        n_cp = len(ids)
-        deep = ids[int(len(ids) * 0.9)]
-        before: Any = {"configurable": {"thread_id": "bench", "checkpoint_id": deep}}
+    saver, close = factory(path, durable)
+    # Each model+tools+count round is 3 steps; recursion_limit bounds supersteps.
+    graph = build(steps).compile(checkpointer=saver)
+    cfg: Any = {"configurable": {"thread_id": "bench"}, "recursion_limit": steps + 10}
+    t0 = time.perf_counter()
+    graph.invoke(
+        {"messages": [HumanMessage(content="why is CI red?")], "steps": 0},
+        cfg,
+        durability=GRAPH_DURABILITY,  # type: ignore[arg-type]
+    )
+    elapsed = time.perf_counter() - t0
+    ids = [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg)]
+    msgs = len(graph.get_state(cfg).values["messages"])
+    close()
+    return {
+        "saver": name,
+        "durable": durable,
+        "path": path,
+        "factory": factory,
+        "deep": ids[int(len(ids) * 0.9)],
+        "checkpoints": len(ids),
+        "messages": msgs,
+        "per_step_ms": elapsed / len(ids) * 1e3,
+        "cold": [],
+        "warm": [],
+    }
 
-        def list_deep(s: Any) -> float:
-            t = time.perf_counter()
-            got = list(s.list(cfg, before=before, limit=10))
-            assert len(got) == 10, len(got)
-            return time.perf_counter() - t
 
-        warm = statistics.median(list_deep(saver) for _ in range(list_reps))
-        msgs = len(graph.get_state(cfg).values["messages"])
-        close()
-        cold_saver, cold_close = factory(path, durable)
-        cold = statistics.median(
-            list_deep(cold_saver) for _ in range(1)
-        )
-        cold_close()
-        size = dir_bytes(path)
-        return {
-            "saver": name,
-            "durable": durable,
-            "checkpoints": n_cp,
-            "messages": msgs,
-            "per_step_ms": elapsed / n_cp * 1e3,
-            "list_deep_warm_ms": warm * 1e3,
-            "list_deep_cold_ms": cold * 1e3,
-            "bytes": size,
-        }
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+def measure_lists(runs: list[dict[str, Any]], reps: int) -> None:
+    """`list(before=<90% back>, limit=10)`, the savers taking turns (the machine drifts).
+
+    Each round opens every saver afresh: its first call is the cold one (a new
+    saver object and store/connection), the median of three more is the warm one.
+    """
+    cfg: Any = {"configurable": {"thread_id": "bench"}}
+    for _ in range(reps):
+        for r in runs:
+            before: Any = {"configurable": {"thread_id": "bench", "checkpoint_id": r["deep"]}}
+            saver, close = r["factory"](r["path"], r["durable"])
+
+            def list_deep(s: Any = saver, b: Any = before) -> float:
+                t = time.perf_counter()
+                got = list(s.list(cfg, before=b, limit=10))
+                assert len(got) == 10, len(got)
+                return time.perf_counter() - t
+
+            r["cold"].append(list_deep())
+            r["warm"].append(statistics.median(list_deep() for _ in range(3)))
+            close()
+    for r in runs:
+        r["list_deep_warm_ms"] = statistics.median(r.pop("warm")) * 1e3
+        r["list_deep_cold_ms"] = statistics.median(r.pop("cold")) * 1e3
+        r["bytes"] = dir_bytes(r["path"])
+        shutil.rmtree(r.pop("path"), ignore_errors=True)
+        del r["factory"], r["deep"]
 
 
 def main() -> None:
@@ -191,11 +204,15 @@ def main() -> None:
         )
         return
     steps = args.steps or (300 if args.quick else 1000)
-    reps = 5 if args.quick else 9
+    reps = 7 if args.quick else 11
     results: list[dict[str, Any]] = []
     for durable in (True, False):
-        for name, factory in (("sqlite", make_sqlite), ("journal", make_journal)):
-            results.append(run_one(name, factory, durable, steps, reps))
+        runs = [
+            build_one(name, factory, durable, steps)
+            for name, factory in (("sqlite", make_sqlite), ("journal", make_journal))
+        ]
+        measure_lists(runs, reps)
+        results.extend(runs)
     if args.json:
         print(json.dumps(results, indent=2))
         return

@@ -598,17 +598,21 @@ class JournalSaver(BaseCheckpointSaver[str]):
         """
         items: list[Any] = []
         fresh: list[tuple[Any, Any, Any]] = []
+        n = len(cache)
         for i, v in enumerate(values):
-            snap = _snapshot(v)
-            if snap is not _NO_SNAPSHOT and i < len(cache):
-                obj, old_snap, item = cache[i]
-                if obj is v and old_snap == snap:
-                    items.append(item)
-                    fresh.append(cache[i])
-                    continue
+            if i < n:
+                entry = cache[i]
+                if entry[0] is v:
+                    old_snap = entry[1]
+                    if old_snap is None or (
+                        old_snap is not _NO_SNAPSHOT and getattr(v, "__dict__", None) == old_snap
+                    ):  # (compared in place: no copy unless serialised again)
+                        items.append(entry[2])
+                        fresh.append(entry)
+                        continue
             item = self._dump(v)
             items.append(item)
-            fresh.append((v, snap, item))
+            fresh.append((v, _snapshot(v), item))
         return items, fresh
 
     @staticmethod
@@ -711,20 +715,19 @@ class JournalSaver(BaseCheckpointSaver[str]):
             idx = self._indexes.get(sid)
             if idx is not None:
                 self._indexes.move_to_end(sid)
+        # One read when the log still holds the event at `high`: it and anything newer.
+        if idx is not None and idx.high > 0 and self._catch_up(idx):
+            return idx
         try:
             newest = self.store.event_page(sid, EventPageRequest(limit=1))
         except NotFoundError:
             self._forget(sid)
             return None
         latest = newest.latest_sequence
-        if idx is not None:
-            current = newest.events[0] if newest.events else None
-            if latest == idx.high and (
-                idx.high == 0 or (current is not None and _mark(current) == idx.high_mark)
-            ):
-                return idx
-            if latest > idx.high and self._catch_up(idx):
-                return idx
+        if idx is not None and idx.high == 0 and latest == 0:
+            return idx
+        if idx is not None and idx.high == 0 and self._catch_up(idx):
+            return idx
         idx = _Index(sid, thread_id, ns, low=latest + 1, high=latest)
         if newest.events:
             idx.high_mark = _mark(newest.events[0])
