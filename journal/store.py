@@ -45,9 +45,10 @@ from .errors import (
     StorageError,
 )
 from .index import KIND_EXECUTIONS
+from .locks import FileLock
 from .metafile import KIND_MANIFEST, read_meta, write_meta
 from .naming import dir_name
-from .session import Session, SessionIdentity, SessionOptions
+from .session import LOCK_FILE, Session, SessionIdentity, SessionOptions
 from .state import StateStore
 from .tree import DeleteIntent, Tree
 from .types import (
@@ -1014,42 +1015,62 @@ class Store:
                     if child not in seen:
                         seen.add(child)
                         queue.append(child)
-            sessions = [(sid, self._session(sid)) for sid in closure]
-            present = sorted(
-                ((sid, s) for sid, s in sessions if s is not None), key=lambda p: p[1].dir
+            # Lock every session of the subtree, in directory order. One open here is
+            # locked through its Session (its thread lock, then its file lock); the
+            # others only through their lock files: opening each descendant (indexes,
+            # snapshot, a scan) just to delete it cost most of a delete.
+            dirs = sorted(
+                (self.session_dir(sid), sid)
+                for sid in closure
+                if os.path.isdir(self.session_dir(sid))
             )
-            held: list[Session] = []
+            held: list[Session | FileLock] = []
             try:
-                for _, s in present:
-                    s._write_lock.acquire()
-                    try:
-                        s.flock.acquire(self.options.lock_timeout)
-                    except BaseException:
-                        s._write_lock.release()
-                        raise
-                    held.append(s)
+                for path, sid in dirs:
+                    with self._lock:
+                        sess = self._sessions.get(sid)
+                    if sess is not None and sess.still_published():
+                        sess._write_lock.acquire()
+                        try:
+                            sess.flock.acquire(self.options.lock_timeout)
+                        except BaseException:
+                            sess._write_lock.release()
+                            raise
+                        held.append(sess)
+                    else:
+                        lock = FileLock(os.path.join(path, LOCK_FILE), f"session {sid!r}")
+                        try:
+                            lock.acquire(self.options.lock_timeout)
+                        except BaseException:
+                            lock.close()
+                            raise
+                        held.append(lock)
                 for sid in closure:
                     self.registry.note(dir_name(sid))
                 intent = DeleteIntent(
                     closure,
-                    [os.path.basename(s.dir) for _, s in present],
+                    [os.path.basename(path) for path, _ in dirs],
                     self.state.scopes_present(closure),
                 )
-                path, owner = self.tree.write_intent(intent)
+                intent_path, owner = self.tree.write_intent(intent)
                 try:
-                    self.tree.carry_out(path, intent)
+                    self.tree.carry_out(intent_path, intent)
                 finally:
                     owner.close()
             finally:
-                for s in held:
-                    s.flock.release()
-                    s._write_lock.release()
+                for item in held:
+                    if isinstance(item, Session):
+                        item.flock.release()
+                        item._write_lock.release()
+                    else:
+                        item.release()
+                        item.close()
             self.catalog.append([CatalogRecord(OP_DELETE, sid, -1) for sid in closure])
             with self._lock:
-                for sid, _ in present:
-                    self._sessions.pop(sid, None)
-            for _, s in present:
-                s.close()
+                gone = [self._sessions.pop(sid, None) for sid in closure]
+            for stale in gone:
+                if stale is not None:
+                    stale.close()
             self.tree.empty_trash_soon()
             return True
 

@@ -130,18 +130,19 @@ class Tree:
     def carry_out(self, path: str, intent: DeleteIntent) -> None:
         """Move every named directory to the trash, then retire the intent (idempotent)."""
         tag = os.path.basename(path)[len(INTENT_PREFIX) :]
-        moved = False
+        touched: list[str] = []
         for sub, names in (("sessions", intent.session_dirs), ("state", intent.state_dirs)):
             parent = os.path.join(self.root, sub)
             for name in names:
                 src = os.path.join(parent, name)
                 if os.path.isdir(src):
                     fsio.rename(src, os.path.join(self.trash, f"{tag}-{sub}-{name}"))
-                    moved = True
-            if moved:
-                fsio.sync_dir(parent)
-        if moved:
-            fsio.sync_dir(self.trash)
+                    if parent not in touched:
+                        touched.append(parent)
+        if touched:
+            # Both ends of every rename, concurrently: only retiring the intent
+            # (below) must wait for them all.
+            fsio.sync_all(data_files=[], files=[], dirs=[*touched, self.trash])
         fsio.unlink(path)
         fsio.sync_dir(self.txn)
         lock_path = path + ".lock"
