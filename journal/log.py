@@ -760,6 +760,11 @@ class Log:
             w.data_end = end
         return end
 
+    @property
+    def last_sync(self) -> float:
+        """How long the last fdatasync of this log took (seconds; 0 before the first)."""
+        return self._last_sync
+
     def announce(self) -> None:
         """A durable commit is on its way (before it waits for the session's write lock)."""
         with self._arrive_lock:

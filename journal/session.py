@@ -153,6 +153,7 @@ class Recovery:
 
 
 _MAX_APPEND_BATCH = 256
+_GATHER_APPENDS_MAX = 0.001  # seconds
 
 
 class _Append:
@@ -202,6 +203,7 @@ class Session:
         self._appends: list[_Append] = []  # queued appends, the leader first
         self._context_cache: tuple[list[msgspec.Raw], int, bytes] | None = None
         self._appends_cv = threading.Condition(threading.Lock())
+        self._last_batch = 1
         self.users = 0  # calls using this object now (the store's cache never closes those)
         self._dead_epoch: int | None = None  # an epoch whose items `compact` dropped
         self._state_lock = threading.RLock()
@@ -845,6 +847,8 @@ class Session:
         queue, cv = self._appends, self._appends_cv
         with cv:
             queue.append(req)
+            if len(queue) > 1:
+                cv.notify_all()  # a leader may be gathering (`_gather_appends`)
             while not req.done and queue[0] is not req:
                 cv.wait()
         if not req.done:
@@ -855,12 +859,35 @@ class Session:
         self.wait_durable(req.end)
         return req.result
 
+    def _gather_appends(self) -> None:
+        """Before leading a durable batch, wait briefly for the threads of the last one.
+
+        Threads released by one sync all prepare their next event at once, and the
+        first to queue leads: without this it went out alone and the others formed
+        the next batch, so batches alternated between one append and the rest.
+        Waits at most as long as the last sync took (1 ms at most), and only when
+        the last batch had company: a lone writer never waits.
+        """
+        want = self._last_batch
+        if want < 2 or not self.options.durable:
+            return
+        cv = self._appends_cv
+        with cv:
+            deadline = time.monotonic() + min(self.log.last_sync, _GATHER_APPENDS_MAX)
+            while len(self._appends) < want:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                cv.wait(left)
+
     def _lead_appends(self, leader: _Append) -> None:
         batch = [leader]
+        self._gather_appends()
         try:
             with self.committing():
                 with self._appends_cv:
                     batch = self._appends[:_MAX_APPEND_BATCH]
+                self._last_batch = len(batch)
                 try:
                     self._commit_appends(batch)
                     self.after_commit()
@@ -868,6 +895,15 @@ class Session:
                     for req in batch:
                         req.error = req.error or exc
                     raise
+            # Still first in line, sync the batch (the session lock is free meanwhile):
+            # appends that arrive during the sync queue up behind it and go out as
+            # the next batch, one write and one sync for all of them.
+            try:
+                self.wait_durable(max(req.end for req in batch))
+            except BaseException as exc:
+                for req in batch:
+                    req.error = req.error or exc
+                raise
         except BaseException as exc:  # e.g. the lock timed out: only the leader tried
             leader.error = leader.error or exc
         finally:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import journal
-from journal import Checkpoint, Event, EventPageRequest, InvalidInputError, JournalEvent
+from journal import Checkpoint, Event, EventPageRequest, InvalidInputError, JournalEvent, fsio
 from journal.log import Log
 
 T0 = 1_700_000_000_000
@@ -63,10 +63,19 @@ def test_queued_appends_share_one_write_and_keep_their_own_results(
         store.save(Checkpoint.empty("a"))
         store.append_event("a", T0, _event("before"))
         monkeypatch.setattr(Log, "write", counting)
+        syncs: list[str] = []
+        real_sync = fsio.ops.sync_data
+
+        def counting_sync(fd: int, path: str) -> None:
+            syncs.append(path)
+            real_sync(fd, path)
+
+        monkeypatch.setattr(fsio.ops, "sync_data", counting_sync)
         events = [_event(f"queued {i}") for i in range(8)]
         events[3] = _event("x" * 10_000)  # too large for a record of 4 KiB: only this one fails
         outcomes = _queue_behind_the_lock(store, "a", events)
         assert len(writes) == 1, f"{len(writes)} writes for one queue of appends"
+        assert len(syncs) == (1 if durability == "fsync" else 0), syncs
         assert isinstance(outcomes[3], InvalidInputError)
         assert "exceeds the limit" in str(outcomes[3])
         ok = [o for i, o in enumerate(outcomes) if i != 3]
