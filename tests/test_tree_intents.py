@@ -36,14 +36,7 @@ def test_listing_of_an_old_directory_is_cached(tmp_path: Path, monkeypatch) -> N
         old = os.stat(tree.txn).st_mtime_ns - 10_000_000_000
         os.utime(tree.txn, ns=(old, old))
         assert tree.pending_session_dirs() == set()
-        calls: list[int] = []
-        original = Tree.intents
-
-        def counting(self):  # type: ignore[no-untyped-def]
-            calls.append(1)
-            return original(self)
-
-        monkeypatch.setattr(Tree, "intents", counting)
+        calls = _count_listings(monkeypatch)
         for _ in range(5):
             assert tree.pending_session_dirs() == set()
         assert calls == [], "an unchanged, settled txn/ was listed again"
