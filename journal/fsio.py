@@ -142,18 +142,28 @@ def sync_path(path: str, *, data_only: bool = False) -> None:
         os.close(fd)
 
 
-_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid that made it, pool)
+_pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
 def _executor() -> ThreadPoolExecutor:
-    """A few threads for `sync_all`, made on first use (and again in a forked child,
-    which inherits the pool object but not its threads)."""
+    """A few threads for `sync_all`, made on first use."""
     global _pool
     with _pool_lock:
-        if _pool is None or _pool[0] != os.getpid():
-            _pool = (os.getpid(), ThreadPoolExecutor(4, thread_name_prefix="journal-sync"))
-        return _pool[1]
+        if _pool is None:
+            _pool = ThreadPoolExecutor(4, thread_name_prefix="journal-sync")
+        return _pool
+
+
+def _forget_pool_in_child() -> None:
+    # A forked child inherits the pool object but not its threads (work submitted
+    # to it would never run), and maybe a lock some other thread held: start over.
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 def sync_all(data_files: Sequence[str], files: Sequence[str], dirs: Sequence[str]) -> None:

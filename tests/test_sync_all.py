@@ -1,0 +1,122 @@
+"""fsio.sync_all: concurrent syncs of a new session's parts, errors, and forked children."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import journal
+from journal import Checkpoint, StorageError, fsio
+
+
+class _Recording(fsio.FileOps):
+    """Real operations, remembering which thread synced what."""
+
+    def __init__(self) -> None:
+        self.synced: list[tuple[str, str]] = []
+        self.threads: set[str] = set()
+        self._lock = threading.Lock()
+
+    def _note(self, kind: str, path: str) -> None:
+        with self._lock:
+            self.synced.append((kind, path))
+            self.threads.add(threading.current_thread().name)
+
+    def sync_data(self, fd: int, path: str) -> None:
+        self._note("data", path)
+        super().sync_data(fd, path)
+
+    def sync_file(self, fd: int, path: str) -> None:
+        self._note("file", path)
+        super().sync_file(fd, path)
+
+    def sync_dir(self, path: str) -> None:
+        self._note("dir", path)
+        super().sync_dir(path)
+
+
+def test_every_part_is_synced_off_the_calling_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ops = _Recording()
+    monkeypatch.setattr(fsio, "ops", ops)
+    (tmp_path / "d").mkdir()
+    for name in ("seg", "ident"):
+        (tmp_path / "d" / name).write_bytes(b"x" * 100)
+    d = str(tmp_path / "d")
+    fsio.sync_all(data_files=[f"{d}/seg"], files=[f"{d}/ident"], dirs=[d, str(tmp_path)])
+    assert sorted(ops.synced) == sorted(
+        [("data", f"{d}/seg"), ("file", f"{d}/ident"), ("dir", d), ("dir", str(tmp_path))]
+    )
+    assert threading.current_thread().name not in ops.threads
+
+
+def test_a_failure_is_raised_after_the_others_are_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ops = _Recording()
+    monkeypatch.setattr(fsio, "ops", ops)
+    (tmp_path / "seg").write_bytes(b"x")
+    with pytest.raises(StorageError, match="missing"):
+        fsio.sync_all(
+            data_files=[str(tmp_path / "seg")],
+            files=[str(tmp_path / "missing")],
+            dirs=[str(tmp_path)],
+        )
+    assert ("data", str(tmp_path / "seg")) in ops.synced
+    assert ("dir", str(tmp_path)) in ops.synced
+
+
+def test_a_recorder_that_cannot_run_concurrently_gets_one_sync_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ops = _Recording()
+    ops.concurrent = False
+    monkeypatch.setattr(fsio, "ops", ops)
+    store = journal.open(tmp_path / "s")
+    try:
+        store.save(Checkpoint.empty("a"))
+    finally:
+        store.close()
+    assert ops.threads == {threading.current_thread().name}
+    kinds = [kind for kind, _ in ops.synced]
+    assert kinds.count("data") >= 1 and kinds.count("file") >= 1 and kinds.count("dir") >= 3
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_creates_sessions(tmp_path: Path) -> None:
+    """The parent's sync threads do not exist in a child: it must make its own."""
+    root = tmp_path / "s"
+    store = journal.open(root)
+    try:
+        store.save(Checkpoint.empty("parent-made"))  # the pool exists now
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            try:
+                child = journal.open(root)
+                child.save(Checkpoint.empty("child-made"))
+                child.close()
+            finally:
+                os._exit(0 if journal.open(root, read_only=True).load("child-made") else 1)
+        deadline = time.monotonic() + 60
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                pytest.fail("the forked child hung creating a session")
+            time.sleep(0.01)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert store.session_summary("child-made") is not None
+        store.save(Checkpoint.empty("parent-again"))  # and the parent's pool still works
+    finally:
+        store.close()
+    sys.stdout.flush()
