@@ -369,8 +369,15 @@ class Catalog:
         self.log.open_writer(self.covered)
 
     def _snapshot_due(self) -> bool:
+        """While writing: rewrite the snapshot only once the log grew well past it."""
         grown = self.covered - self._snapshot_covered
         return grown >= max(SNAPSHOT_MIN_GROWTH, 2 * self._snapshot_size)
+
+    def _snapshot_worth_it(self) -> bool:
+        """Opening or closing: a tail of more than 4 KiB and an eighth of the snapshot
+        is worth one snapshot write (no sync) for every later open not replaying it."""
+        grown = self.covered - self._snapshot_covered
+        return grown >= max(4 << 10, self._snapshot_size // 8)
 
     def _trim_on_close(self, log: Log) -> None:
         """Give back the preallocated tail if this process wrote last (never waits)."""
@@ -381,9 +388,13 @@ class Catalog:
                 return
             try:
                 if log.untouched_since(self.covered):
+                    # A clean close leaves a snapshot that reaches the end, unless the
+                    # tail is small next to it: later opens replay nothing.
+                    if self._snapshot_worth_it():
+                        self._write_snapshot()
                     log.trim_preallocation(self.covered)
             except JournalError:
-                return  # a courtesy: the zeros stay
+                return  # a courtesy: the zeros stay, the tail is replayed
             finally:
                 self.flock.release()
 
@@ -397,11 +408,11 @@ class Catalog:
         if self.read_only or self.log is None:
             return
         with self._lock:
-            if not self._snapshot_due() or not self.flock.try_acquire():
+            if not self._snapshot_worth_it() or not self.flock.try_acquire():
                 return
             try:
                 state = self.refresh()
-                if state.tail == "clean" and self._snapshot_due():
+                if state.tail == "clean" and self._snapshot_worth_it():
                     self._write_snapshot()
             finally:
                 self.flock.release()

@@ -75,7 +75,9 @@ def test_open_after_a_short_tail_snapshots_it(tmp_path: Path, monkeypatch) -> No
     _fill(root, sessions=1, saves=1)
     snap = root / "catalog" / SNAPSHOT_FILE
     size_before = snap.stat().st_size if snap.exists() else 0
-    monkeypatch.setattr(catalog, "SNAPSHOT_MIN_GROWTH", 1 << 30)  # writers never snapshot
+    # A writer that never snapshots, not even when it closes (as if it had died)
+    monkeypatch.setattr(catalog, "SNAPSHOT_MIN_GROWTH", 1 << 30)
+    monkeypatch.setattr(catalog.Catalog, "_snapshot_worth_it", lambda self: False)
     store = journal.open(root, durability="os")
     for i in range(60):
         cp = Checkpoint.empty(f"t{i}", owner_id="o")
@@ -84,12 +86,29 @@ def test_open_after_a_short_tail_snapshots_it(tmp_path: Path, monkeypatch) -> No
             store.save(cp)
     store.close()
     assert (snap.stat().st_size if snap.exists() else 0) == size_before
-    monkeypatch.setattr(catalog, "SNAPSHOT_MIN_GROWTH", 4096)
+    monkeypatch.undo()
     expected = _listing(root)  # this open replays the tail, then snapshots it
     assert snap.exists() and snap.stat().st_size > size_before
     applied = _count_applied(monkeypatch)
     assert _listing(root) == expected
     assert applied == [], f"replayed {len(applied)} catalog records after the snapshot"
+
+
+def test_a_clean_close_leaves_nothing_to_replay(tmp_path: Path, monkeypatch) -> None:
+    """A writer that stops below the writers' snapshot threshold snapshots as it closes."""
+    root = tmp_path / "s"
+    _fill(root, sessions=1, saves=1)
+    snap = root / "catalog" / SNAPSHOT_FILE
+    size_before = snap.stat().st_size if snap.exists() else 0
+    store = journal.open(root, durability="os")
+    for i in range(30):  # a few KiB of catalog records: far below the 32 KiB threshold
+        store.save(Checkpoint.empty(f"t{i}", owner_id="o"))
+    store.close()
+    assert snap.exists() and snap.stat().st_size > size_before
+    applied = _count_applied(monkeypatch)
+    listing = _listing(root)
+    assert applied == [], f"replayed {len(applied)} catalog records after a clean close"
+    assert len(listing) == 31
 
 
 def test_close_after_reads_writes_nothing(tmp_path: Path, monkeypatch) -> None:
