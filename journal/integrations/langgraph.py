@@ -1243,6 +1243,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
                     idx.high = ev.sequence
                     idx.high_mark = _mark(ev)
                     idx.high_fp = _fp_of(ev)
+                    if idx.wids and idx.high_fp is not None:  # keep only what `pend` names
+                        idx.wids = {s: idx.wids[s] for s in idx.high_fp.pend if s in idx.wids}
                 else:
                     self._forget(sid)
                 idx.head = (cp.sequence, epoch, items)
