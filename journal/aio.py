@@ -68,9 +68,19 @@ class AsyncStore:
         )
 
     async def append_event(
-        self, session_id: str, recorded_at_ms: int, event: Event
+        self,
+        session_id: str,
+        recorded_at_ms: int,
+        event: Event,
+        *,
+        expected_latest: int | None = None,
     ) -> JournalEvent:
-        return await asyncio.to_thread(self.sync.append_event, session_id, recorded_at_ms, event)
+        return await asyncio.to_thread(
+            functools.partial(self.sync.append_event, expected_latest=expected_latest),
+            session_id,
+            recorded_at_ms,
+            event,
+        )
 
     async def event_page(self, session_id: str, request: EventPageRequest) -> EventPage:
         return await asyncio.to_thread(self.sync.event_page, session_id, request)

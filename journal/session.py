@@ -159,11 +159,12 @@ _GATHER_APPENDS_MAX = 0.001  # seconds
 class _Append:
     """One queued append_event: filled in by whichever thread commits it."""
 
-    __slots__ = ("done", "end", "error", "event", "recorded_at_ms", "result")
+    __slots__ = ("done", "end", "error", "event", "expected", "recorded_at_ms", "result")
 
-    def __init__(self, recorded_at_ms: int, event: Event) -> None:
+    def __init__(self, recorded_at_ms: int, event: Event, expected: int | None) -> None:
         self.recorded_at_ms = recorded_at_ms
         self.event = event
+        self.expected = expected  # the latest sequence this append must follow, if any
         self.result: JournalEvent | None = None
         self.error: BaseException | None = None
         self.end = 0
@@ -832,7 +833,9 @@ class Session:
         self.wait_durable(end)
         return journal
 
-    def append_event(self, recorded_at_ms: int, event: Event) -> JournalEvent:
+    def append_event(
+        self, recorded_at_ms: int, event: Event, expected_latest: int | None = None
+    ) -> JournalEvent:
         """Append one event as its own commit; concurrent appends share a write.
 
         Appends from several threads queue up; the first in line (the leader)
@@ -843,7 +846,7 @@ class Session:
         still group commit (`wait_durable`). Without contention the queue holds
         one append and this is a plain commit.
         """
-        req = _Append(recorded_at_ms, event)
+        req = _Append(recorded_at_ms, event, expected_latest)
         queue, cv = self._appends, self._appends_cv
         with cv:
             queue.append(req)
@@ -924,6 +927,12 @@ class Session:
         seq = head.event_counter
         staged: list[tuple[_Append, EventPayload, bytes]] = []
         for req in batch:
+            if req.expected is not None and req.expected != seq:
+                req.error = ContractViolationError(
+                    f"event journal of session {self.id!r}: the latest sequence is {seq},"
+                    f" not the expected {req.expected}; nothing was appended"
+                )
+                continue
             trial = rules.copy()  # an append that fails leaves the rules as they were
             try:
                 removes, transient, metrics = eventrules.plan(

@@ -501,18 +501,33 @@ class Store:
 
     # ------------------------------------------------------------------ events
     @_guard
-    def append_event(self, session_id: str, recorded_at_ms: int, event: Event) -> JournalEvent:
-        """Assign the next event sequence and append one event as its own commit."""
+    def append_event(
+        self,
+        session_id: str,
+        recorded_at_ms: int,
+        event: Event,
+        *,
+        expected_latest: int | None = None,
+    ) -> JournalEvent:
+        """Assign the next event sequence and append one event as its own commit.
+
+        Beyond mobius: with `expected_latest`, append only if the session's latest
+        event sequence is exactly that (compare-and-append, checked under the
+        session's write lock); otherwise raise `ContractViolationError` and append
+        nothing. Lets a caller act on what it last read without reading again.
+        """
         self._writable("append_event")
         validate.validate_session_id(session_id)
         validate.validate_timestamp(recorded_at_ms)
+        if expected_latest is not None:
+            validate.validate_sequence(expected_latest, "expected_latest")
         ev: Event = _coerce(event, Event, "event")
         validate.validate_event(ev)
         sess = self._session(session_id)
         if sess is None:
             raise NotFoundError(f"event journal session does not exist: {session_id!r}")
         self.registry.note(os.path.basename(sess.dir))
-        return sess.append_event(recorded_at_ms, ev)
+        return sess.append_event(recorded_at_ms, ev, expected_latest)
 
     @_guard
     def event_page(self, session_id: str, request: EventPageRequest) -> EventPage:

@@ -121,3 +121,76 @@ def test_a_failed_commit_fails_every_queued_append(
         assert store.append_event("a", T0, _event("later")).sequence == 1
     finally:
         store.close()
+
+
+# ------------------------------------------------------------ compare-and-append
+
+
+def test_expected_latest_appends_only_after_that_sequence(tmp_path: Path) -> None:
+    store = journal.open(tmp_path / "s", durability="os")
+    try:
+        store.save(Checkpoint.empty("a"))
+        first = store.append_event("a", T0, _event("one"), expected_latest=0)
+        assert first.sequence == 1
+        with pytest.raises(journal.ContractViolationError, match="latest sequence is 1"):
+            store.append_event("a", T0 + 1, _event("stale"), expected_latest=0)
+        page = store.event_page("a", EventPageRequest(limit=10))
+        assert [e.sequence for e in page.events] == [1], "a rejected append left an event"
+        assert store.append_event("a", T0 + 2, _event("two"), expected_latest=1).sequence == 2
+        with pytest.raises(InvalidInputError, match="expected_latest"):
+            store.append_event("a", T0 + 3, _event("bad"), expected_latest=-1)
+        assert store.event_page("a", EventPageRequest(limit=10)).latest_sequence == 2
+    finally:
+        store.close()
+
+
+def test_in_one_queue_only_the_first_of_two_with_the_same_expectation_wins(
+    tmp_path: Path,
+) -> None:
+    """Two callers that read the same latest sequence: one appends, the other is told."""
+    store = journal.open(tmp_path / "s", durability="os")
+    try:
+        store.save(Checkpoint.empty("a"))
+        sess = store._session("a")
+        assert sess is not None
+        outcomes: list[Any] = [None, None]
+
+        def append(i: int) -> None:
+            try:
+                outcomes[i] = store.append_event("a", T0 + i, _event(f"pop {i}"), expected_latest=0)
+            except Exception as exc:
+                outcomes[i] = exc
+
+        threads = [threading.Thread(target=append, args=(i,)) for i in range(2)]
+        with sess.locked():
+            for thread in threads:
+                thread.start()
+            deadline = time.monotonic() + 30
+            while len(sess._appends) < 2:
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+        for thread in threads:
+            thread.join(30)
+        won = [o for o in outcomes if isinstance(o, JournalEvent)]
+        lost = [o for o in outcomes if isinstance(o, journal.ContractViolationError)]
+        assert len(won) == 1 and len(lost) == 1 and won[0].sequence == 1
+        assert store.event_page("a", EventPageRequest(limit=10)).latest_sequence == 1
+    finally:
+        store.close()
+
+
+def test_expected_latest_through_the_async_store(tmp_path: Path) -> None:
+    import asyncio
+
+    async def run() -> None:
+        store = await journal.open_async(tmp_path / "s", durability="os")
+        try:
+            await store.save(Checkpoint.empty("a"))
+            ev = await store.append_event("a", T0, _event("x"), expected_latest=0)
+            assert ev.sequence == 1
+            with pytest.raises(journal.ContractViolationError):
+                await store.append_event("a", T0, _event("y"), expected_latest=0)
+        finally:
+            await store.close()
+
+    asyncio.run(run())
