@@ -335,9 +335,10 @@ class Catalog:
         with self._lock:
             self.flock.acquire(self.lock_timeout)
             try:
-                # Fast path, as for sessions: our writer is where we last wrote and
-                # nobody appended since (one pread), so there is nothing to read first.
-                if not self.log.untouched_since(self.covered):
+                # Fast path, as for sessions: our writer is where we last wrote, nobody
+                # appended since (one pread), and it is still the catalog's file (no other
+                # process set a damaged catalog aside): there is nothing to read first.
+                if not (self.log.untouched_since(self.covered) and self.log.writer_is_current()):
                     self._prepare_write()
                 start = self.log.writer_end
                 self.log.write(b"".join(frames))

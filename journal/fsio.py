@@ -180,16 +180,24 @@ def sync_all(data_files: Sequence[str], files: Sequence[str], dirs: Sequence[str
         *(lambda p=p: sync_path(p) for p in files),
         *(lambda p=p: sync_dir(p) for p in dirs),
     ]
-    if len(jobs) < 2 or not ops.concurrent:
-        for job in jobs:
-            job()
-        return
-    pool = _executor()
-    futures: list[Future[None]] = [pool.submit(job) for job in jobs]
+    futures: list[Future[None]] = []
+    if len(jobs) >= 2 and ops.concurrent and not sys.is_finalizing():
+        try:
+            pool = _executor()
+            for job in jobs:
+                futures.append(pool.submit(job))
+        except RuntimeError:
+            # "cannot schedule new futures after shutdown": the interpreter is exiting
+            # (an atexit handler, a thread outliving the main one). Do the rest here.
+            pass
+    for job in jobs[len(futures) :]:
+        job()
     failures = [f.exception() for f in futures]
     for failure in failures:
-        if failure is not None:
+        if isinstance(failure, StorageError):
             raise failure
+        if failure is not None:
+            raise StorageError(f"sync failed: {type(failure).__name__}: {failure}") from failure
 
 
 def write_file(path: str, data: bytes, *, durable: bool) -> None:

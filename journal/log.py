@@ -607,6 +607,21 @@ class Log:
         except OSError:
             return False
 
+    def writer_is_current(self) -> bool:
+        """Is our writer's file still the file at its path? (one stat, one fstat)
+
+        `untouched_since` cannot tell a file renamed away with its directory (a
+        damaged catalog set aside by another process) from the live one: both
+        still have links and zeros at our end.
+        """
+        w = self._writer
+        if w is None:
+            return False
+        try:
+            return os.path.samestat(os.fstat(w.fd), os.stat(w.seg.path))
+        except OSError:
+            return False
+
     def has_writer(self) -> bool:
         return self._writer is not None
 

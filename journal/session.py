@@ -16,6 +16,7 @@ they know ("refresh") and never see bytes that a commit record does not close.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import threading
@@ -159,16 +160,56 @@ _GATHER_APPENDS_MAX = 0.001  # seconds
 class _Append:
     """One queued append_event: filled in by whichever thread commits it."""
 
-    __slots__ = ("done", "end", "error", "event", "expected", "recorded_at_ms", "result")
+    __slots__ = (
+        "done",
+        "end",
+        "error",
+        "event",
+        "expected",
+        "recorded_at_ms",
+        "result",
+        "shared_error",
+        "taken",
+    )
 
     def __init__(self, recorded_at_ms: int, event: Event, expected: int | None) -> None:
         self.recorded_at_ms = recorded_at_ms
         self.event = event
         self.expected = expected  # the latest sequence this append must follow, if any
+        self.taken = False  # in a leader's batch: that leader finishes it
+        self.shared_error = False  # `error` is the batch's, raised in several threads
         self.result: JournalEvent | None = None
         self.error: BaseException | None = None
         self.end = 0
         self.done = False
+
+
+def _own_copy(exc: BaseException) -> BaseException:
+    """A copy of an exception that several threads raise (each gets its own traceback)."""
+    try:
+        return copy.copy(exc)
+    except Exception:  # an exception type that cannot be rebuilt from its args
+        return JournalError(f"{type(exc).__name__}: {exc}")
+
+
+def _fail_batch(batch: list[_Append], leader: _Append, exc: BaseException) -> None:
+    """Give every member of a failed batch (that has no error of its own) the failure.
+
+    An interrupt of the leading thread (KeyboardInterrupt, SystemExit) is that
+    thread's own; the others learn that their append was interrupted, and may or
+    may not have been written, as a JournalError.
+    """
+    for req in batch:
+        if req.error is not None:
+            continue
+        if req is leader or isinstance(exc, Exception):
+            req.error = exc
+            req.shared_error = req is not leader
+        else:
+            req.error = JournalError(
+                f"the thread writing this append was interrupted ({type(exc).__name__});"
+                " the event may or may not have been appended"
+            )
 
 
 class Session:
@@ -852,11 +893,22 @@ class Session:
             queue.append(req)
             if len(queue) > 1:
                 cv.notify_all()  # a leader may be gathering (`_gather_appends`)
-            while not req.done and queue[0] is not req:
-                cv.wait()
+            try:
+                while not req.done and queue[0] is not req:
+                    cv.wait()
+            except BaseException:
+                # Interrupted while queued (a signal handler raised): leave the queue,
+                # unless a leader already took this append (then it is its to finish),
+                # so that the next in line can lead instead of everyone waiting forever.
+                if not req.taken and not req.done:
+                    queue.remove(req)
+                    cv.notify_all()
+                raise
         if not req.done:
             self._lead_appends(req)
         if req.error is not None:
+            if req.shared_error:  # one exception for the whole batch: raise our own copy
+                raise _own_copy(req.error) from req.error
             raise req.error
         assert req.result is not None
         self.wait_durable(req.end)
@@ -884,19 +936,25 @@ class Session:
                 cv.wait(left)
 
     def _lead_appends(self, leader: _Append) -> None:
+        """Commit (and, in fsync mode, sync) the queue's front as one batch.
+
+        Always leaves the queue with the batch removed and every member done, with
+        its result or an error, whatever happens here (see `finally`).
+        """
         batch = [leader]
-        self._gather_appends()
         try:
+            self._gather_appends()
             with self.committing():
                 with self._appends_cv:
                     batch = self._appends[:_MAX_APPEND_BATCH]
+                    for req in batch:
+                        req.taken = True
                 self._last_batch = len(batch)
                 try:
                     self._commit_appends(batch)
                     self.after_commit()
                 except BaseException as exc:
-                    for req in batch:
-                        req.error = req.error or exc
+                    _fail_batch(batch, leader, exc)
                     raise
             # Still first in line, sync the batch (the session lock is free meanwhile):
             # appends that arrive during the sync queue up behind it and go out as
@@ -904,8 +962,7 @@ class Session:
             try:
                 self.wait_durable(max(req.end for req in batch))
             except BaseException as exc:
-                for req in batch:
-                    req.error = req.error or exc
+                _fail_batch(batch, leader, exc)
                 raise
         except BaseException as exc:  # e.g. the lock timed out: only the leader tried
             leader.error = leader.error or exc

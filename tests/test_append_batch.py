@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from pathlib import Path
@@ -114,7 +115,11 @@ def test_a_failed_commit_fails_every_queued_append(
 
         monkeypatch.setattr(Log, "write", broken)
         outcomes = _queue_behind_the_lock(store, "a", [_event(f"e{i}") for i in range(5)])
-        assert all(o is failing for o in outcomes), outcomes
+        assert all(isinstance(o, journal.StorageError) for o in outcomes), outcomes
+        assert all(str(o) == str(failing) for o in outcomes)
+        # the leader raises the failure itself, every other caller its own copy of it
+        assert sum(o is failing for o in outcomes) == 1
+        assert all(o.__cause__ is failing for o in outcomes if o is not failing)
         monkeypatch.undo()
         page = store.event_page("a", EventPageRequest(limit=10))
         assert page.latest_sequence == 0 and page.events == []
@@ -194,3 +199,60 @@ def test_expected_latest_through_the_async_store(tmp_path: Path) -> None:
             await store.close()
 
     asyncio.run(run())
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer")
+def test_an_append_interrupted_while_queued_leaves_the_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal handler raising in a queued caller must not leave its append at the head
+    of the queue with nobody to lead it (every later append waited forever)."""
+    store = journal.open(tmp_path / "s", durability="os")
+    try:
+        store.save(Checkpoint.empty("a"))
+        sess = store._session("a")
+        assert sess is not None
+        original = sess.after_commit
+
+        def slow_after_commit() -> None:  # the leader is busy with its batch meanwhile
+            time.sleep(0.6)
+            original()
+
+        monkeypatch.setattr(sess, "after_commit", slow_after_commit)
+        leader = threading.Thread(target=store.append_event, args=("a", T0, _event("lead")))
+        leader.start()
+        deadline = time.monotonic() + 10
+        while not (sess._appends and sess._appends[0].taken):
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+
+        class Interrupted(Exception):
+            pass
+
+        def on_alarm(signum: int, frame: Any) -> None:
+            raise Interrupted
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            with pytest.raises(Interrupted):
+                store.append_event("a", T0 + 1, _event("interrupted"))
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        leader.join(10)
+        monkeypatch.undo()
+        assert sess._appends == []
+        outcome: list[Any] = []
+        later = threading.Thread(
+            target=lambda: outcome.append(store.append_event("a", T0 + 2, _event("later"))),
+            daemon=True,
+        )
+        later.start()
+        later.join(10)
+        assert not later.is_alive(), "a later append waited for an abandoned one"
+        assert outcome[0].sequence == 2
+        page = store.event_page("a", EventPageRequest(limit=10))
+        assert [e.event.msg["message"] for e in page.events] == ["later", "lead"]
+    finally:
+        store.close()

@@ -140,3 +140,20 @@ def test_close_after_reads_writes_nothing(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(Session, "writing", counting)
     store.close()
     assert entered == ["s0"]
+
+
+def test_a_writer_follows_a_catalog_that_another_process_set_aside(tmp_path: Path) -> None:
+    """A damaged catalog is renamed to catalog.broken.* and rebuilt by another store;
+    a live writer must append to the new catalog, not keep writing the old file."""
+    root = tmp_path / "s"
+    writer = journal.open(root, durability="os")
+    try:
+        writer.save(Checkpoint.empty("s1", owner_id="o"))
+        (root / "catalog").rename(root / "catalog.broken.test")  # what _open_catalog does
+        other = journal.open(root, durability="os")  # rebuilds the catalog from sessions/
+        other.close()
+        writer.save(Checkpoint.empty("s2", owner_id="o"))
+        writer.save(Checkpoint.empty("s3", owner_id="o"))
+        assert sorted(sid for sid, _ in _listing(root)) == ["s1", "s2", "s3"]
+    finally:
+        writer.close()

@@ -120,3 +120,42 @@ def test_a_forked_child_creates_sessions(tmp_path: Path) -> None:
     finally:
         store.close()
     sys.stdout.flush()
+
+
+_AT_EXIT = """
+import atexit, os, sys
+import journal
+from journal import Checkpoint
+
+root = sys.argv[1]
+store = journal.open(root)
+store.save(Checkpoint.empty("s1"))  # the pool of sync threads exists from here on
+
+
+def at_exit() -> None:  # runs after the pool stopped taking work
+    store.save(Checkpoint.empty("s2"))  # a new session: its parts are synced together
+    assert store.delete_sessions(["s1"])
+    print("intents left:", os.listdir(os.path.join(root, "txn")), flush=True)
+
+
+atexit.register(at_exit)
+"""
+
+
+def test_sessions_are_created_and_deleted_at_interpreter_exit(tmp_path: Path) -> None:
+    """atexit handlers run after the thread pool refuses work: the syncs run inline."""
+    import subprocess
+
+    root = tmp_path / "s"
+    done = subprocess.run(
+        [sys.executable, "-c", _AT_EXIT, str(root)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Error" not in done.stderr, done.stderr
+    assert "intents left: []" in done.stdout
+    store = journal.open(root, read_only=True)
+    try:
+        assert store.load("s2") is not None
+        assert store.load("s1") is None
+    finally:
+        store.close()
