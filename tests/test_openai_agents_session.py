@@ -437,11 +437,15 @@ async def test_damaged_bytes_on_disk_are_reported(tmp_path: Path) -> None:
 @pytest.mark.asyncio
 async def test_pops_from_three_store_objects_never_take_one_item_twice(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    sessions = [JournalSession("race", root, durability="os") for _ in range(3)]
-    # separate in-process locks, as three processes would have: only the lock on
-    # the session directory keeps their pops apart
-    for s in sessions[1:]:
-        s._lock = threading.Lock()
+    root.mkdir()
+    # three paths to one store: separate in-process locks and item caches, as three
+    # processes would have; only the conditional append of the tombstone (the
+    # session's latest event must still be the one the pop saw) keeps pops apart
+    paths = [root]
+    for k in (1, 2):
+        (tmp_path / f"view{k}").symlink_to(root, target_is_directory=True)
+        paths.append(tmp_path / f"view{k}")
+    sessions = [JournalSession("race", p, durability="os") for p in paths]
     await sessions[0].add_items(msgs(*(f"m{i}" for i in range(60))))
 
     def popper(sess: JournalSession, out: list[Any]) -> None:

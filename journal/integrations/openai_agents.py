@@ -14,10 +14,13 @@ Representation (see docs/openai-agents.md):
   call returns). The event sequence plus the index inside the batch is the
   item's stable position.
 - `pop_item()` appends a tombstone event `{"type": "agents.pop", "target":
-  [depth, sequence, index]}` naming exactly the item it returned. Pops and
-  clears of one session are serialized across processes by an `flock` on the
-  session directory (adds need no lock: a tombstone names its item, so an add
-  racing with a pop cannot change what the pop removed).
+  [depth, sequence, index]}` naming exactly the item it returned, as a
+  compare-and-append: only if the session's latest event is still the one the
+  pop's cache reflects (`append_event(..., expected_latest=N)`, checked under the
+  session's write lock, across processes). Otherwise nothing is appended, the
+  pop catches up with the log and tries again; so a tombstone always names the
+  newest item, and two processes never pop the same one. Clears of one session
+  are serialized across processes by an `flock` on the session directory.
 - `clear_session()` saves a checkpoint with the event `{"type": "agents.clear"}`:
   items before it are no longer part of the conversation (the bytes are kept, and
   `journal ls` shows the clear; `delete()` erases the session and its branches).
@@ -31,8 +34,9 @@ what the history costs. The process also keeps, per session, the newest live
 items (encoded, up to `cache_bytes` per session and `CACHE_BUDGET` in all,
 shared by every `JournalSession` object on that session) and brings them up to
 date from the log at the start of every call (one `events_after` read when
-nothing changed), so the reads the Runner makes every turn do not go back to the
-log. The SDK is needed only to run agents: this module imports without it.
+nothing changed; a pop skips that read, its conditional append checks the
+same), so the reads the Runner makes every turn do not go back to the log. The
+SDK is needed only to run agents: this module imports without it.
 """
 
 from __future__ import annotations
@@ -209,7 +213,7 @@ class _Cache:
 
 
 class _DirLock:
-    """An exclusive `flock` on a session directory, held across one pop or clear.
+    """An exclusive `flock` on a session directory, held across one clear.
 
     Enters with False when the session does not exist. The directory is checked
     again after locking, so a session deleted and created anew is never locked
@@ -240,7 +244,7 @@ class _DirLock:
                         except BlockingIOError:
                             if time.monotonic() > deadline:
                                 raise LockTimeoutError(
-                                    f"pop/clear lock of {self.path} not free after {self.timeout} s"
+                                    f"clear lock of {self.path} not free after {self.timeout} s"
                                 ) from None
                             time.sleep(0.001)
                 try:
@@ -287,7 +291,8 @@ class JournalSession:
     non-blank string of at most 4 KiB (the store maps it to a safe directory
     name). Methods are coroutines; the disk work runs in worker threads, and
     operations on one session are serialized across every `JournalSession` of
-    this process (pops and clears also across processes).
+    this process (across processes, pops are compare-and-append and clears take
+    a lock).
     """
 
     session_settings: SessionSettings | None = None
@@ -636,29 +641,48 @@ class JournalSession:
         return _DirLock(self.store.session_dir(self.session_id), self.store.options.lock_timeout)
 
     def _pop(self) -> Any:
-        # Pops and clears of one session are serialized across processes by a lock on
-        # its directory (adds need not be: a tombstone names exactly the item it
-        # removes, so an add racing with a pop cannot change what the pop took).
-        with self._exclusive() as exists:
-            if not exists:
-                return None
-            c = self._sync()
+        # No read of the log first: the tombstone is appended only if the session's
+        # latest event is still the one the cache reflects (`expected_latest`, checked
+        # under the session's write lock, across processes). Then the cache's newest
+        # item is the session's newest; if anything was written meanwhile (by another
+        # process, or by an add whose result did not follow our cache), nothing is
+        # appended, and the pop catches up with the log and tries again.
+        ident = self._identity()
+        c = self._c
+        fresh = c is None or c.ident != ident  # `c` known to be current
+        if c is None or c.ident != ident:
+            c = self._rebuild(ident)
+        while True:
+            if c.ident is None:
+                return None  # no such session
             newest = self._newest(c)
             if newest is None:
-                return None
+                if fresh:
+                    return None
+                c, fresh = self._sync(), True  # empty as we saw it: check the log
+                continue
             key, item = newest
             msg = {"type": POP, "target": list(key)}
+            seen = c.latest
             try:
-                jev = self.store.append_event(self.session_id, _now_ms(), Event(msg=msg))
+                jev = self.store.append_event(
+                    self.session_id, _now_ms(), Event(msg=msg), expected_latest=seen
+                )
             except NotFoundError:  # deleted meanwhile
                 self._c = None
                 return None
-            # (Another writer's event in between: the next sync applies both.)
-            if (
-                self._c is c
-                and jev.sequence == c.latest + 1
-                and not self._apply(c, jev.sequence, msg)
-            ):
+            except ContractViolationError:
+                # Someone wrote since: catch up (their events, possibly a rebuild) and retry.
+                c, fresh = self._sync(), True
+                if c.latest == seen and c.ident == ident:
+                    # Nothing new visible, yet the latest sequence differs (events the
+                    # log no longer shows): take the counter from a rebuild.
+                    c = self._rebuild(ident)
+                    if c.latest == seen:
+                        raise  # not a stale view: a real contract error
+                ident = c.ident
+                continue
+            if self._c is c and not self._apply(c, jev.sequence, msg):
                 self._c = None
             return item
 
