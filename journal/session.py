@@ -49,7 +49,7 @@ from .index import (
 )
 from .locks import FileLock
 from .log import KIND_SESSION, Log, ScanState
-from .metafile import KIND_IDENTITY, KIND_SNAPSHOT, read_meta, write_meta
+from .metafile import KIND_IDENTITY, KIND_SNAPSHOT, encode_meta, read_meta, write_meta
 from .payloads import (
     COMMIT_SAVE,
     CheckpointPayload,
@@ -297,9 +297,15 @@ class Session:
         or new session than syncing each step).
         """
         os.makedirs(directory, exist_ok=True)
-        write_meta(
-            os.path.join(directory, IDENTITY_FILE), KIND_IDENTITY, _encode(identity), durable=False
-        )
+        # Written in place, not through a temporary file and a rename: nobody can
+        # see this directory before `seal` has synced it (file creation is the
+        # dominant cost of a new session on some disks).
+        path = os.path.join(directory, IDENTITY_FILE)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            fsio.pwrite(fd, encode_meta(KIND_IDENTITY, _encode(identity)), 0, path)
+        finally:
+            os.close(fd)
         Log.create(os.path.join(directory, LOG_DIR), KIND_SESSION, durable=False)
         open(os.path.join(directory, LOCK_FILE), "ab").close()
 
