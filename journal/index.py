@@ -52,6 +52,7 @@ INDEX_FILES = {
 REMOVED = 1
 _FLAG_BITS = 0xFF  # dense flags live in the low byte; the upper 24 bits are the check
 _BLOCK = 256  # entries read per pread when walking backwards
+_PROBES_KEPT = 256  # checked single entries kept per index (binary-search probes)
 _CHECKED = struct.Struct("<QQQII")
 
 
@@ -99,6 +100,8 @@ class Index:
         # A page read again (or the newest page after appends) reuses them unchecked;
         # one range only, so memory stays proportional to a page.
         self._checked: tuple[int, list[tuple[int, int, int, int]]] = (0, [])
+        # Single entries a binary search probed (sparse indexes), checked, as in the file.
+        self._probed: dict[int, tuple[int, int, int, int]] = {}
 
     # ------------------------------------------------------------------ state
     @property
@@ -115,6 +118,7 @@ class Index:
         self._dirty_flags.clear()
         self.doubt = ""
         self._checked = (0, [])
+        self._probed = {}
 
     def load(self) -> bool:
         """Adopt the file's flushed entries if its header is sound; else start empty."""
@@ -200,10 +204,16 @@ class Index:
             first, checked = self._checked
             if first <= lo and stop <= first + len(checked):
                 out = checked[lo - first : stop - first]
+            elif stop - lo == 1 and lo in self._probed:
+                out = [self._probed[lo]]
             else:
                 out = self._read_flushed(lo, stop)
-                if stop - lo > 1:  # a page, not a probe of a binary search
+                if stop - lo > 1:  # a page
                     self._checked = (lo, out[:])
+                else:  # a probe of a binary search: a page read again repeats them
+                    if len(self._probed) >= _PROBES_KEPT:
+                        self._probed.clear()
+                    self._probed[lo] = out[0]
             if self._dirty_flags:
                 dirty = self._dirty_flags
                 out = [
@@ -333,7 +343,7 @@ class Index:
         self._keys, self._pos = array("Q"), array("Q")
         self._size, self._flags = array("I"), array("I")
         self._dirty_flags.clear()
-        self._checked = (0, [])  # flags in the file changed
+        self._checked, self._probed = (0, []), {}  # flags in the file changed
         self._close()
         self._fd = os.open(self.path, os.O_RDONLY)
 
