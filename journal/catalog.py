@@ -89,6 +89,7 @@ class CatalogSnapshot(msgspec.Struct, array_like=True):
 
 _decode_snapshot = msgspec.msgpack.Decoder(CatalogSnapshot).decode
 SNAPSHOT_FILE = "snapshot"
+_CHECKED_COPIES_KEPT = 1024
 SNAPSHOT_MIN_GROWTH = 32 << 10  # a snapshot is rewritten after max(this, 2x its size)
 
 SortKey = tuple[int, int, str]  # (updated_at, sequence, session_id), ascending
@@ -139,6 +140,7 @@ class Catalog:
         self.exec_seqs: dict[str, set[int]] = {}
         self.exec_keys: list[ExecKey] = []
         self.exec_copies: dict[tuple[str, int], Span] = {}  # (sid, seq) -> OP_EXECUTION record
+        self._checked_copies: dict[tuple[int, int, ExecKey], bytes] = {}  # see execution_copies
         self.anchor = (0, 0)
         self._snapshot_covered = 0
         self._snapshot_size = 0
@@ -300,11 +302,32 @@ class Catalog:
         its checks (damaged, or not the record of that key): read the session then."""
         if self.log is None or not wanted:
             return [None] * len(wanted)
+        # Copies already checked for their key are kept by (log key space, position,
+        # key): `recent_executions` asks for the same newest ones again and again.
+        space, memo = self.log.cache_space, self._checked_copies
+        out: list[bytes | None] = [None] * len(wanted)
+        missing: list[int] = []
+        for i, (key, span) in enumerate(wanted):
+            body = memo.get((space, span[0], key)) if space else None
+            if body is None:
+                missing.append(i)
+            out[i] = body
+        if not missing:
+            return out
         try:
-            records = self.log.read_records([span for _, span in wanted])
+            records = self.log.read_records([wanted[i][1] for i in missing])
         except JournalError:
-            return [self._execution_copy(key, span) for key, span in wanted]
-        return [_copy_of(key, rec.payload) for (key, _), rec in zip(wanted, records, strict=True)]
+            for i in missing:
+                out[i] = self._execution_copy(*wanted[i])
+            return out
+        for i, rec in zip(missing, records, strict=True):
+            key = wanted[i][0]
+            body = out[i] = _copy_of(key, rec.payload)
+            if body is not None and space:
+                if len(memo) >= _CHECKED_COPIES_KEPT:
+                    memo.clear()
+                memo[(space, rec.pos, key)] = body
+        return out
 
     def _execution_copy(self, key: ExecKey, span: Span) -> bytes | None:
         assert self.log is not None

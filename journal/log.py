@@ -171,6 +171,12 @@ class Log:
         self.sync_on_close = True
         self.list_segments()
 
+    @property
+    def cache_space(self) -> int:
+        """The key space of this log's cached records now (0: no cache); it changes
+        whenever `forget_cached` runs, so keys built on it expire with the records."""
+        return self._space
+
     def forget_cached(self) -> None:
         """Stop serving cached records: this log is no longer what they were read from."""
         if self._cache is not None:
