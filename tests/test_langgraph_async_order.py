@@ -25,57 +25,16 @@ import pytest
 pytest.importorskip("langgraph.checkpoint.base")
 
 from langchain_core.messages import AIMessage, HumanMessage
-from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
+from langgraph_checks import Reads, cfg, same, slow_saver
 from typing_extensions import TypedDict
 
 import journal.integrations.langgraph as lgmod
 from journal.integrations.langgraph import JournalSaver
-
-
-def cfg(thread: str, checkpoint_id: str | None = None, ns: str = "") -> Any:
-    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
-    if checkpoint_id is not None:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}
-
-
-def same(a: CheckpointTuple | None, b: CheckpointTuple | None) -> None:
-    assert (a is None) == (b is None)
-    if a is None or b is None:
-        return
-    assert a.config == b.config
-    assert a.parent_config == b.parent_config
-    assert a.metadata == b.metadata
-    assert a.checkpoint["id"] == b.checkpoint["id"]
-    assert a.checkpoint["channel_values"] == b.checkpoint["channel_values"]
-    assert sorted(a.pending_writes or [], key=repr) == sorted(b.pending_writes or [], key=repr)
-
-
-class Reads:
-    """Counts the events a saver reads from its store."""
-
-    def __init__(self, saver: JournalSaver) -> None:
-        self.n = 0
-        store = saver.store
-        for name in ("event_page", "events_after"):
-            orig = getattr(store, name)
-
-            def counted(*a: Any, _orig: Any = orig, **k: Any) -> Any:
-                out = _orig(*a, **k)
-                self.n += len(out if isinstance(out, list) else out.events)
-                return out
-
-            setattr(store, name, counted)
-
-
-def slow_saver(root: Path) -> JournalSaver:
-    saver = JournalSaver(root)
-    saver._fast_usable = lambda idx: False  # type: ignore[method-assign]
-    return saver
 
 
 def build_async(
@@ -333,6 +292,7 @@ def test_a_put_listing_writes_that_are_not_its_own_is_refused(tmp_path: Path) ->
             for seq, put in list(idx.iputs.items()):
                 if put.ahead:
                     put.ahead = (seq - 1,)  # the event just before: usually not its write
+
         fresh._island_events = lying  # type: ignore[method-assign]
         got = list(fresh.list(cfg("t"), before=cfg("t", anchor), limit=10))
     want = list(ref.list(cfg("t"), before=cfg("t", anchor), limit=10))
@@ -367,15 +327,17 @@ class GState(TypedDict):
     messages: Annotated[list[Any], add_messages]
     n: int
 
+
 def g_step(state: GState) -> dict[str, Any]:
     return {"messages": [AIMessage(f"a{state['n']}")], "n": state["n"] + 1}
+
 
 def g_other(state: GState) -> dict[str, Any]:
     return {"messages": [HumanMessage(f"h{state['n']}")]}
 
+
 def g_route(state: GState) -> str:
     return END if state["n"] >= 120 else "step"
-
 
 
 def test_a_real_graph_with_async_durability(tmp_path: Path) -> None:

@@ -20,9 +20,10 @@ import pytest
 pytest.importorskip("langgraph.checkpoint.base")
 
 from langchain_core.messages import AIMessage, HumanMessage
-from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph_checks import Reads, cfg, same, slow_saver
 
 import journal.integrations.langgraph as lgmod
 from journal.integrations.langgraph import JournalSaver
@@ -32,13 +33,6 @@ from journal.integrations.langgraph import JournalSaver
 def long_late_chains(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let the fast path walk the long late chains these tests build (it must stay right)."""
     monkeypatch.setattr(lgmod, "_MAX_LATE", 10**6)
-
-
-def cfg(thread: str, checkpoint_id: str | None = None, ns: str = "") -> Any:
-    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
-    if checkpoint_id is not None:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}
 
 
 def build(
@@ -80,43 +74,6 @@ def build(
                 s.put_writes(cfg(thread, old), [("__interrupt__", f"late{step}")], f"late-{step}")
                 s.put_writes(cfg(thread, old), [("x", f"late{step}")], f"late-{step}")
     return put_ids
-
-
-def same(a: CheckpointTuple | None, b: CheckpointTuple | None) -> None:
-    assert (a is None) == (b is None)
-    if a is None or b is None:
-        return
-    assert a.config == b.config
-    assert a.parent_config == b.parent_config
-    assert a.metadata == b.metadata
-    assert a.checkpoint["id"] == b.checkpoint["id"]
-    assert a.checkpoint["channel_values"] == b.checkpoint["channel_values"]
-    assert sorted(a.pending_writes or [], key=repr) == sorted(b.pending_writes or [], key=repr)
-
-
-class Reads:
-    """Counts the saver's journal reads of events (calls, events read)."""
-
-    def __init__(self, saver: JournalSaver) -> None:
-        self.n = 0
-        self.calls = 0
-        store = saver.store
-        for name in ("event_page", "events_after"):
-            orig = getattr(store, name)
-
-            def counted(*a: Any, _orig: Any = orig, **k: Any) -> Any:
-                out = _orig(*a, **k)
-                self.calls += 1
-                self.n += len(out if isinstance(out, list) else out.events)
-                return out
-
-            setattr(store, name, counted)
-
-
-def slow_saver(root: Path) -> JournalSaver:
-    saver = JournalSaver(root)
-    saver._fast_usable = lambda idx: False  # type: ignore[method-assign]
-    return saver
 
 
 def check_against(root: Path, ref: Any, thread: str, put_ids: list[str], depths: list[int]) -> None:
