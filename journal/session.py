@@ -36,6 +36,7 @@ from .errors import (
     CorruptionError,
     JournalError,
     NotFoundError,
+    StorageError,
 )
 from .eventrules import EventRules
 from .index import (
@@ -48,7 +49,7 @@ from .index import (
     IndexDoubtError,
 )
 from .locks import FileLock
-from .log import KIND_SESSION, Log, ScanState
+from .log import KIND_SESSION, Log, ScanState, segment_name
 from .metafile import KIND_IDENTITY, KIND_SNAPSHOT, encode_meta, read_meta, write_meta
 from .payloads import (
     COMMIT_SAVE,
@@ -310,7 +311,41 @@ class Session:
         open(os.path.join(directory, LOCK_FILE), "ab").close()
 
     @staticmethod
-    def seal(directory: str) -> None:
+    def build_spare(directory: str) -> None:
+        """Lay out an empty session directory ahead of need, every entry durable.
+
+        The layout of `build` with an empty identity file: log/ with its first
+        segment (header only), LOCK, SESSION, each directory synced after its
+        entries. `fill_spare` later only writes the identity in place, so a new
+        session's critical path creates no file and syncs no directory but
+        `sessions/` (`seal(..., entries_synced=True)`).
+        """
+        os.makedirs(directory)
+        log_dir = os.path.join(directory, LOG_DIR)
+        Log.create(log_dir, KIND_SESSION, durable=False)
+        for name in (IDENTITY_FILE, LOCK_FILE):
+            fd = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.close(fd)
+        fsio.sync_all(
+            data_files=[os.path.join(log_dir, segment_name(0))],
+            files=[],
+            dirs=[log_dir, directory],
+        )
+
+    @staticmethod
+    def fill_spare(directory: str, identity: SessionIdentity) -> None:
+        """Make a directory from `build_spare` the private build of this session."""
+        path = os.path.join(directory, IDENTITY_FILE)
+        if not os.path.isfile(os.path.join(directory, LOG_DIR, segment_name(0))):
+            raise StorageError(f"spare session directory {directory} lacks its log")
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        try:
+            fsio.pwrite(fd, encode_meta(KIND_IDENTITY, _encode(identity)), 0, path)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def seal(directory: str, *, entries_synced: bool = False) -> None:
         """Make a directory from `build` durable before it is published by rename.
 
         The caller has written the first commit through a `private` Session and
@@ -326,7 +361,9 @@ class Session:
         fsio.sync_all(
             data_files=segments,
             files=[os.path.join(directory, IDENTITY_FILE)],
-            dirs=[log_dir, directory],
+            # A spare's entries were synced when it was built (`build_spare`); its
+            # first commit never rolls a segment, so they are unchanged.
+            dirs=[] if entries_synced else [log_dir, directory],
         )
 
     # ------------------------------------------------------------ cache loading

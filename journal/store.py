@@ -49,6 +49,7 @@ from .locks import FileLock
 from .metafile import KIND_MANIFEST, read_meta, write_meta
 from .naming import dir_name
 from .session import LOCK_FILE, Session, SessionIdentity, SessionOptions
+from .spares import SparePool
 from .state import StateStore
 from .tree import DeleteIntent, Tree
 from .types import (
@@ -214,6 +215,7 @@ class Store:
         self.state = StateStore(self.root, durable=self.options.durable)
         self.tree = Tree(self.root, lock_timeout)
         self.registry = ProcessRegistry(self.root)
+        self.spares = SparePool(os.path.join(self.root, TMP_DIR))
         self.catalog = self._open_catalog()
         self._last_reconcile = 0.0
         self._startup_recovery()
@@ -466,9 +468,8 @@ class Store:
         from . import fsio
 
         path = self.session_dir(cp.session_id)
-        tmp = os.path.join(self.root, TMP_DIR, f"new-{uuid.uuid4().hex}")
+        tmp, prebuilt = self._new_session_dir(SessionIdentity(cp.session_id, created_at=now))
         try:
-            Session.build(tmp, SessionIdentity(cp.session_id, created_at=now))
             first = Session(tmp, cp.session_id, self.options, private=True)
             try:
                 journal = first.save(cp, items, rec, evs, now=now)
@@ -477,7 +478,7 @@ class Store:
             # No cache files: the first open rebuilds them from one commit, for less
             # than writing them here costs. No sync of tmp/ itself: the rename moves
             # the directory, and syncing its new parent afterwards makes it durable.
-            Session.seal(tmp)
+            Session.seal(tmp, entries_synced=prebuilt)
             try:
                 fsio.rename(tmp, path)
             except StorageError:
@@ -489,7 +490,26 @@ class Store:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         fsio.sync_dir(os.path.dirname(path))
+        self.spares.refill_soon()
         return journal
+
+    def _new_session_dir(self, identity: SessionIdentity) -> tuple[str, bool]:
+        """A private directory for a new session: a spare if one is ready (True), else
+        one built now. Either way the caller writes the first commit and seals it."""
+        spare = self.spares.take()
+        if spare is not None:
+            try:
+                Session.fill_spare(spare, identity)
+                return spare, True
+            except (OSError, JournalError):
+                shutil.rmtree(spare, ignore_errors=True)  # not usable: build one
+        tmp = os.path.join(self.root, TMP_DIR, f"new-{uuid.uuid4().hex}")
+        try:
+            Session.build(tmp, identity)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return tmp, False
 
     @_guard
     def message_accepted(self, session_id: str, submission_id: str) -> bool:
@@ -939,9 +959,8 @@ class Store:
                 self._discard_empty(cp.session_id, existing)
             self.registry.note(os.path.basename(path))
             now = int(time.time())
-            tmp = os.path.join(self.root, TMP_DIR, f"fork-{uuid.uuid4().hex}")
             ident = SessionIdentity(cp.session_id, parent_session_id, parent_sequence, now)
-            Session.build(tmp, ident)
+            tmp, prebuilt = self._new_session_dir(ident)
             child = Session(tmp, cp.session_id, self.options, private=True)
             try:
                 child.save(cp, list(cp.context), None, [], now=now)
@@ -951,10 +970,11 @@ class Store:
             finally:
                 child.close()  # syncs nothing: Session.seal syncs it all
             assert summary is not None
-            Session.seal(tmp)
+            Session.seal(tmp, entries_synced=prebuilt)
             fsio.rename(tmp, path)
             fsio.sync_dir(os.path.dirname(path))
             self.catalog.append([CatalogRecord(OP_UPSERT, cp.session_id, covered, summary)])
+            self.spares.refill_soon()
             return summary
 
     @_guard
@@ -1134,6 +1154,7 @@ class Store:
             self._closed = True
         for sess in sessions:
             sess.close()
+        self.spares.close()
         self.catalog.close()
         self.tree.close()
         self.registry.close()

@@ -63,6 +63,7 @@ def test_queued_appends_share_one_write_and_keep_their_own_results(
     try:
         store.save(Checkpoint.empty("a"))
         store.append_event("a", T0, _event("before"))
+        store.spares.wait()  # spare session directories are synced in the background
         monkeypatch.setattr(Log, "write", counting)
         syncs: list[str] = []
         real_sync = fsio.ops.sync_data

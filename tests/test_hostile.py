@@ -122,14 +122,25 @@ RUNTIME_DIRS = ("procs",)
 """Per-process registrations of the live Store (removed on close): runtime, not stored data."""
 
 
+def _runtime(rel: str) -> bool:
+    """Runtime paths, not stored data: process registrations, and the spare session
+    directories a live Store prepares in tmp/ (journal/spares.py; removed on close)."""
+    parts = rel.split(os.sep)
+    return parts[0] in RUNTIME_DIRS or (
+        parts[0] == "tmp" and len(parts) > 1 and parts[1].startswith("spare-")
+    )
+
+
 def file_tree(root: Path) -> dict[str, tuple[int, str]]:
     """Every file under root: (size, sha256); lock files are compared by size only."""
     out: dict[str, tuple[int, str]] = {}
     for dirpath, dirnames, filenames in os.walk(root):
-        if os.path.relpath(dirpath, root).split(os.sep)[0] in RUNTIME_DIRS:
+        if _runtime(os.path.relpath(dirpath, root)):
             continue
         for name in dirnames:
-            out[os.path.relpath(os.path.join(dirpath, name), root) + "/"] = (0, "dir")
+            rel = os.path.relpath(os.path.join(dirpath, name), root)
+            if not _runtime(rel):
+                out[rel + "/"] = (0, "dir")
         for name in filenames:
             path = os.path.join(dirpath, name)
             with open(path, "rb") as f:
@@ -289,12 +300,13 @@ def check_created_paths(
                 continue
             created.append(rel)
             parts = rel.split(os.sep)
-            assert parts[0] == under or rel in store_level or parts[0] in RUNTIME_DIRS, (
+            assert parts[0] == under or rel in store_level or _runtime(rel), (
                 f"{rel} is not under {under}/"
             )
             for part in parts:
                 check_safe_name(part)
-    assert os.listdir(root / "tmp") == [], "work directories left behind in tmp/"
+    left = [n for n in os.listdir(root / "tmp") if not _runtime(os.path.join("tmp", n))]
+    assert left == [], "work directories left behind in tmp/"
     return created
 
 

@@ -26,6 +26,7 @@ def test_read_only_reads_and_writes_nothing(tmp_path: Path) -> None:
     cp = Checkpoint.empty("a", owner_id="o")
     writer.save(cp)
     writer.append_event("a", 1, Event(msg={"type": "warning"}))
+    writer.spares.wait()  # the writer's spare session directories, prepared in the background
     before = _snapshot_tree(root)
     ro = journal.open(root, read_only=True)
     try:
@@ -57,10 +58,13 @@ def test_read_only_reads_and_writes_nothing(tmp_path: Path) -> None:
         if (
             "/log/" in path
             or path.endswith((".idx", "snapshot", "LOCK"))
-            or path.startswith(("catalog", "procs"))
+            or path.startswith(("catalog", "procs", "tmp/spare-"))
         ):
-            continue  # the writer's later commits and cache flushes
+            continue  # the writer's later commits, cache flushes and spares (closed: removed)
         assert now.get(path) == stat, path
+    # and made nothing new outside what the writer writes
+    created = {p for p in now if p not in before and not p.startswith(("catalog", "procs"))}
+    assert not {p for p in created if "/log/" not in p and not p.endswith((".idx", "snapshot"))}
 
 
 def test_read_only_on_missing_store_is_not_found(tmp_path: Path) -> None:

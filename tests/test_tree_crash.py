@@ -433,7 +433,7 @@ def run_kills(
             history.left_intent += bool(tree.intents())
         finally:
             tree.close()
-        building = {n for n in os.listdir(root / "tmp") if n.startswith("fork-")}
+        building = {n for n in os.listdir(root / "tmp") if _building_a_child(root / "tmp" / n)}
         history.left_tmp += bool(building - seen_tmp)
         seen_tmp |= building
         store = journal.open(root, lock_timeout=30, durability="os")
@@ -444,6 +444,15 @@ def run_kills(
         finally:
             store.close()
     return history
+
+
+def _building_a_child(path: Path) -> bool:
+    """A directory in tmp/ that a new session was being built in: built on the spot
+    ("new-"), or a spare directory (prepared ahead) whose identity was written."""
+    if path.name.startswith(("new-", "fork-")):
+        return True
+    identity = path / "SESSION"
+    return path.name.startswith("spare-") and identity.exists() and identity.stat().st_size > 0
 
 
 def test_sigkill_during_fork(tmp_path: Path) -> None:

@@ -1,0 +1,113 @@
+"""Spare session directories, built and synced in tmp/ before a new session needs one.
+
+Creating a session (first save, fork) used to create two directories and three
+files and sync both directories on its critical path; file creation alone costs
+about 0.35 ms each on some disks. A spare has all of that done, durably, ahead of
+time (`Session.build_spare`): taking one leaves the identity to write in place,
+the first commit, two file syncs and the rename that publishes it.
+
+A spare is garbage until that rename, like any half-built directory in tmp/:
+a crash leaves it for `Store._clean_tmp`, which removes tmp/ entries older than
+ten minutes. So a spare is used only while it is younger than five: another
+process cannot be removing it under us.
+
+Refills run in a background thread after a spare is taken (at most one at a
+time). With a file-operations recorder that cannot run concurrently
+(`fsio.ops.concurrent` False, the power-loss tests), they run in the calling
+thread instead, so every operation stays in one recorded order.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+import uuid
+
+from . import fsio
+from .errors import JournalError
+from .session import Session
+
+SPARE_PREFIX = "spare-"
+MAX_AGE = 300.0  # seconds; tmp/ cleanup removes entries older than 600
+
+
+class SparePool:
+    """This store's spare session directories (its own; other processes keep theirs)."""
+
+    def __init__(self, tmp_dir: str, *, target: int = 2) -> None:
+        self.tmp_dir = tmp_dir
+        self.target = target
+        self._ready: list[tuple[str, float]] = []  # (path, when built)
+        self._lock = threading.Lock()
+        self._refiller: threading.Thread | None = None
+        self._closed = False
+        self._pid = os.getpid()
+
+    def take(self) -> str | None:
+        """A ready spare directory (now the caller's), or None."""
+        if os.getpid() != self._pid:
+            return None  # a forked child: these spares are its parent's to use
+        while True:
+            with self._lock:
+                if not self._ready:
+                    return None
+                path, built = self._ready.pop()
+            if time.monotonic() - built < MAX_AGE:
+                return path
+            shutil.rmtree(path, ignore_errors=True)  # too old to be sure it is still ours
+
+    def refill_soon(self) -> None:
+        """Top the pool up: in a background thread, or here (see the module doc)."""
+        if os.getpid() != self._pid:
+            return
+        if not fsio.ops.concurrent:
+            self._refill()
+            return
+        with self._lock:
+            if self._closed or len(self._ready) >= self.target:
+                return
+            if self._refiller is not None and self._refiller.is_alive():
+                return
+            self._refiller = threading.Thread(
+                target=self._refill, name="journal-spares", daemon=True
+            )
+            self._refiller.start()
+
+    def _refill(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed or len(self._ready) >= self.target:
+                    return
+            path = os.path.join(self.tmp_dir, f"{SPARE_PREFIX}{uuid.uuid4().hex}")
+            try:
+                Session.build_spare(path)
+            except (OSError, JournalError):
+                # Best effort: a new session then builds its directory itself.
+                shutil.rmtree(path, ignore_errors=True)
+                return
+            with self._lock:
+                if self._closed:
+                    shutil.rmtree(path, ignore_errors=True)
+                    return
+                self._ready.append((path, time.monotonic()))
+
+    def wait(self) -> None:
+        """Until no refill is running (close; benchmarks that must not overlap it)."""
+        with self._lock:
+            refiller = self._refiller
+        if refiller is not None:
+            refiller.join()
+
+    def close(self) -> None:
+        """Stop refilling and remove the unused spares (garbage, but tidy)."""
+        with self._lock:
+            self._closed = True
+        if os.getpid() != self._pid:
+            return  # a forked child: not its spares to remove
+        self.wait()
+        with self._lock:
+            ready, self._ready = self._ready, []
+        for path, _ in ready:
+            shutil.rmtree(path, ignore_errors=True)

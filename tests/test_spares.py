@@ -1,0 +1,97 @@
+"""Spare session directories: prepared ahead, used by the next new session, never stale."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import journal
+from journal import Checkpoint, EventPageRequest, spares
+from journal.session import IDENTITY_FILE
+
+
+def _spares_on_disk(root: Path) -> list[str]:
+    return sorted(n for n in os.listdir(root / "tmp") if n.startswith(spares.SPARE_PREFIX))
+
+
+def test_a_new_session_takes_the_spare_prepared_after_the_last_one(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    store = journal.open(root)
+    try:
+        store.save(Checkpoint.empty("first"))  # no spare yet: built on the spot
+        store.spares.wait()
+        ready = _spares_on_disk(root)
+        assert len(ready) == store.spares.target
+        inodes = {os.stat(root / "tmp" / n).st_ino for n in ready}
+        store.save(Checkpoint.empty("second"))
+        store.fork("second", 0, Checkpoint.empty("child"))
+        used = {os.stat(store.session_dir(sid)).st_ino for sid in ("second", "child")}
+        assert used <= inodes, "the new sessions did not use the prepared directories"
+        store.spares.wait()
+        for sid in ("first", "second", "child"):
+            assert store.load(sid) is not None
+        store.append_event("second", 1, journal.Event(msg={"type": "warning", "message": "w"}))
+        assert store.event_page("second", EventPageRequest(limit=5)).latest_sequence == 1
+    finally:
+        store.close()
+    assert _spares_on_disk(root) == [], "close left spare directories behind"
+    store = journal.open(root, read_only=True)
+    try:  # published from spares, they read back like any other session
+        child = store.session_summary("child")
+        assert child is not None and child.parent_session_id == "second"
+        assert store.load("second") is not None
+    finally:
+        store.close()
+
+
+def test_a_damaged_spare_is_not_used(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    store = journal.open(root)
+    try:
+        store.save(Checkpoint.empty("first"))
+        store.spares.wait()
+        for name in _spares_on_disk(root):
+            shutil.rmtree(root / "tmp" / name / "log")  # as if half removed
+        store.save(Checkpoint.empty("second"))
+        assert store.load("second") is not None
+        assert os.path.isdir(os.path.join(store.session_dir("second"), "log"))
+    finally:
+        store.close()
+
+
+def test_an_old_spare_is_thrown_away(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Older than MAX_AGE it might be removed as garbage by another process's open."""
+    root = tmp_path / "s"
+    store = journal.open(root)
+    try:
+        store.save(Checkpoint.empty("first"))
+        store.spares.wait()
+        old = set(_spares_on_disk(root))
+        monkeypatch.setattr(spares, "MAX_AGE", 0.0)
+        store.save(Checkpoint.empty("second"))
+        assert store.load("second") is not None
+        assert not old & set(_spares_on_disk(root)), "an old spare is still there"
+        ino = os.stat(store.session_dir("second")).st_ino
+        assert ino not in {os.stat(root / "tmp" / n).st_ino for n in _spares_on_disk(root)}
+    finally:
+        store.close()
+
+
+def test_a_spare_holds_no_identity_until_it_is_used(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    store = journal.open(root)
+    try:
+        store.save(Checkpoint.empty("first"))
+        store.spares.wait()
+        for name in _spares_on_disk(root):
+            assert (root / "tmp" / name / IDENTITY_FILE).stat().st_size == 0
+            assert not (root / "sessions" / name).exists()
+        assert [
+            s.session_id
+            for s in store.list_sessions_page(journal.SessionPageRequest(limit=10)).sessions
+        ] == ["first"]
+    finally:
+        store.close()
