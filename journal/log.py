@@ -499,13 +499,17 @@ class Log:
                     continue
                 state.tail = "clean"
                 return
-            if strict and not (outcome == END and at_eof) and seen_at_pos and retries < 5:
-                # A reader (verify) racing a live writer may have read bytes the writer
-                # was still filling: if the bytes at `pos` changed since, look again.
-                now = _pread(fd, len(seen_at_pos), SEGMENT_HEADER_SIZE + pos - seg.base, seg.path)
-                if now != seen_at_pos:
-                    retries += 1
-                    continue
+            # A reader (verify) racing a live writer may have read bytes the writer
+            # was still filling: if the bytes at `pos` changed since, look again.
+            if (
+                strict
+                and not (outcome == END and at_eof)
+                and seen_at_pos
+                and retries < 5
+                and self._written_since(fd, seg, pos, seen_at_pos)
+            ):
+                retries += 1
+                continue
             if outcome == END:
                 if not strict:
                     state.tail = "uncommitted" if pending else "clean"
@@ -515,6 +519,11 @@ class Log:
                     state.detail = "records without a commit at the end" if pending else ""
                     state.dropped = pos - state.end
                     return
+                if retries < 5 and self._written_since(fd, seg, pos, seen_at_pos):
+                    # The data after the zeros is a live writer's: it wrote at `pos`
+                    # after the check above and before the look further on.
+                    retries += 1
+                    continue
                 state.tail = "corrupt"
                 state.detail = f"zeroed bytes at position {pos} followed by data"
                 state.file_offset = state.stop_offset  # where the zeros start
@@ -577,6 +586,11 @@ class Log:
         if not data.strip(b"\0"):
             return False
         return any(parse_at(data, m.start())[0] == OK for m in _CANDIDATE.finditer(data))
+
+    def _written_since(self, fd: int, seg: Segment, pos: int, seen: bytes) -> bool:
+        """Do the bytes at `pos` differ from what a scan saw there a moment ago?"""
+        now = _pread(fd, len(seen), SEGMENT_HEADER_SIZE + pos - seg.base, seg.path)
+        return now != seen
 
     def _all_zero(self, fd: int, seg: Segment, start: int, end: int) -> bool:
         off = SEGMENT_HEADER_SIZE + start - seg.base
