@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections import OrderedDict
 from typing import Any
 
 # Items of an entry: the cached value, its charged size, and the "used since the
@@ -41,8 +42,11 @@ class ReadCache:
 
     def __init__(self, capacity_bytes: int) -> None:
         self.capacity = capacity_bytes
-        self._entries: dict[int, list[Any]] = {}
-        self._ghosts: dict[int, None] = {}
+        # OrderedDicts, not dicts: both drop their oldest key again and again, which
+        # `next(iter(dict))` makes O(deleted slots) each time (a dict compacts only when
+        # it grows); `popitem(last=False)` is O(1).
+        self._entries: OrderedDict[int, list[Any]] = OrderedDict()
+        self._ghosts: OrderedDict[int, None] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self._spaces = itertools.count(1)
@@ -75,7 +79,7 @@ class ReadCache:
             if key not in self._ghosts:
                 self._ghosts[key] = None
                 if len(self._ghosts) > _GHOSTS:
-                    del self._ghosts[next(iter(self._ghosts))]
+                    self._ghosts.popitem(last=False)
                 return
             del self._ghosts[key]
             if key in self._entries:
@@ -89,8 +93,7 @@ class ReadCache:
         """CLOCK over insertion order: used entries go round once more (lock held)."""
         entries = self._entries
         while self._bytes > self.capacity and entries:
-            key = next(iter(entries))
-            entry = entries.pop(key)
+            key, entry = entries.popitem(last=False)
             if entry[_USED]:
                 entry[_USED] = False
                 entries[key] = entry  # to the back: a second chance
