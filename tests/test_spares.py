@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,19 @@ from journal.session import IDENTITY_FILE
 
 def _spares_on_disk(root: Path) -> list[str]:
     return sorted(n for n in os.listdir(root / "tmp") if n.startswith(spares.SPARE_PREFIX))
+
+
+@pytest.fixture
+def store_with_spares(tmp_path: Path) -> Iterator[tuple[journal.Store, Path]]:
+    """A store that created one session and has its spares ready."""
+    root = tmp_path / "s"
+    store = journal.open(root)
+    try:
+        store.save(Checkpoint.empty("first"))
+        store.spares.wait()
+        yield store, root
+    finally:
+        store.close()
 
 
 def test_a_new_session_takes_the_spare_prepared_after_the_last_one(tmp_path: Path) -> None:
@@ -47,51 +61,35 @@ def test_a_new_session_takes_the_spare_prepared_after_the_last_one(tmp_path: Pat
         store.close()
 
 
-def test_a_damaged_spare_is_not_used(tmp_path: Path) -> None:
-    root = tmp_path / "s"
-    store = journal.open(root)
-    try:
-        store.save(Checkpoint.empty("first"))
-        store.spares.wait()
-        for name in _spares_on_disk(root):
-            shutil.rmtree(root / "tmp" / name / "log")  # as if half removed
-        store.save(Checkpoint.empty("second"))
-        assert store.load("second") is not None
-        assert os.path.isdir(os.path.join(store.session_dir("second"), "log"))
-    finally:
-        store.close()
+def test_a_damaged_spare_is_not_used(store_with_spares: tuple[journal.Store, Path]) -> None:
+    store, root = store_with_spares
+    for name in _spares_on_disk(root):
+        shutil.rmtree(root / "tmp" / name / "log")  # as if half removed
+    store.save(Checkpoint.empty("second"))
+    assert store.load("second") is not None
+    assert os.path.isdir(os.path.join(store.session_dir("second"), "log"))
 
 
-def test_an_old_spare_is_thrown_away(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_old_spare_is_thrown_away(
+    store_with_spares: tuple[journal.Store, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Older than MAX_AGE it might be removed as garbage by another process's open."""
-    root = tmp_path / "s"
-    store = journal.open(root)
-    try:
-        store.save(Checkpoint.empty("first"))
-        store.spares.wait()
-        old = set(_spares_on_disk(root))
-        monkeypatch.setattr(spares, "MAX_AGE", 0.0)
-        store.save(Checkpoint.empty("second"))
-        assert store.load("second") is not None
-        assert not old & set(_spares_on_disk(root)), "an old spare is still there"
-        ino = os.stat(store.session_dir("second")).st_ino
-        assert ino not in {os.stat(root / "tmp" / n).st_ino for n in _spares_on_disk(root)}
-    finally:
-        store.close()
+    store, root = store_with_spares
+    old = set(_spares_on_disk(root))
+    monkeypatch.setattr(spares, "MAX_AGE", 0.0)
+    store.save(Checkpoint.empty("second"))
+    assert store.load("second") is not None
+    assert not old & set(_spares_on_disk(root)), "an old spare is still there"
+    ino = os.stat(store.session_dir("second")).st_ino
+    assert ino not in {os.stat(root / "tmp" / n).st_ino for n in _spares_on_disk(root)}
 
 
-def test_a_spare_holds_no_identity_until_it_is_used(tmp_path: Path) -> None:
-    root = tmp_path / "s"
-    store = journal.open(root)
-    try:
-        store.save(Checkpoint.empty("first"))
-        store.spares.wait()
-        for name in _spares_on_disk(root):
-            assert (root / "tmp" / name / IDENTITY_FILE).stat().st_size == 0
-            assert not (root / "sessions" / name).exists()
-        assert [
-            s.session_id
-            for s in store.list_sessions_page(journal.SessionPageRequest(limit=10)).sessions
-        ] == ["first"]
-    finally:
-        store.close()
+def test_a_spare_holds_no_identity_until_it_is_used(
+    store_with_spares: tuple[journal.Store, Path],
+) -> None:
+    store, root = store_with_spares
+    for name in _spares_on_disk(root):
+        assert (root / "tmp" / name / IDENTITY_FILE).stat().st_size == 0
+        assert not (root / "sessions" / name).exists()
+    listed = store.list_sessions_page(journal.SessionPageRequest(limit=10)).sessions
+    assert [s.session_id for s in listed] == ["first"]
