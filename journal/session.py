@@ -297,18 +297,18 @@ class Session:
         first commit's own fdatasync cover the segment file (3 fewer syncs per fork
         or new session than syncing each step).
         """
-        os.makedirs(directory, exist_ok=True)
-        # Written in place, not through a temporary file and a rename: nobody can
-        # see this directory before `seal` has synced it (file creation is the
-        # dominant cost of a new session on some disks).
-        path = os.path.join(directory, IDENTITY_FILE)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            fsio.pwrite(fd, encode_meta(KIND_IDENTITY, _encode(identity)), 0, path)
-        finally:
-            os.close(fd)
+        Session._lay_out(directory)
+        Session.fill_spare(directory, identity)
+
+    @staticmethod
+    def _lay_out(directory: str) -> None:
+        """The files of a new session directory, unsynced, with an empty identity file
+        (written in place later: nobody sees the directory before it is sealed)."""
+        os.makedirs(directory)
         Log.create(os.path.join(directory, LOG_DIR), KIND_SESSION, durable=False)
-        open(os.path.join(directory, LOCK_FILE), "ab").close()
+        for name in (IDENTITY_FILE, LOCK_FILE):
+            fd = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.close(fd)
 
     @staticmethod
     def build_spare(directory: str) -> None:
@@ -320,12 +320,8 @@ class Session:
         session's critical path creates no file and syncs no directory but
         `sessions/` (`seal(..., entries_synced=True)`).
         """
-        os.makedirs(directory)
+        Session._lay_out(directory)
         log_dir = os.path.join(directory, LOG_DIR)
-        Log.create(log_dir, KIND_SESSION, durable=False)
-        for name in (IDENTITY_FILE, LOCK_FILE):
-            fd = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            os.close(fd)
         fsio.sync_all(
             data_files=[os.path.join(log_dir, segment_name(0))],
             files=[],
@@ -658,21 +654,16 @@ class Session:
     @contextmanager
     def writing(self) -> Iterator[None]:
         """Hold the session's write lock (threads, then processes) with the head current."""
-        with self._write_lock:
-            self.flock.acquire(self.options.lock_timeout)
-            try:
-                self._check_still_published()
-                # Fast path: after recovery, when no other process appended since our
-                # last commit (one pread), the head is current and the writer in place.
-                if not (self._recovered and self.log.untouched_since(self.head.covered)):
-                    state = self._catch_up(strict=not self._recovered)
-                    if state.tail != "clean":
-                        state = self._recover(state)
-                    self._recovered = True
-                    self.log.open_writer(self.head.covered)
-                yield
-            finally:
-                self.flock.release()
+        with self.locked():
+            # Fast path: after recovery, when no other process appended since our
+            # last commit (one pread), the head is current and the writer in place.
+            if not (self._recovered and self.log.untouched_since(self.head.covered)):
+                state = self._catch_up(strict=not self._recovered)
+                if state.tail != "clean":
+                    state = self._recover(state)
+                self._recovered = True
+                self.log.open_writer(self.head.covered)
+            yield
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -993,22 +984,14 @@ class Session:
                     for req in batch:
                         req.taken = True
                 self._last_batch = len(batch)
-                try:
-                    self._commit_appends(batch)
-                    self.after_commit()
-                except BaseException as exc:
-                    _fail_batch(batch, leader, exc)
-                    raise
+                self._commit_appends(batch)
+                self.after_commit()
             # Still first in line, sync the batch (the session lock is free meanwhile):
             # appends that arrive during the sync queue up behind it and go out as
             # the next batch, one write and one sync for all of them.
-            try:
-                self.wait_durable(max(req.end for req in batch))
-            except BaseException as exc:
-                _fail_batch(batch, leader, exc)
-                raise
-        except BaseException as exc:  # e.g. the lock timed out: only the leader tried
-            leader.error = leader.error or exc
+            self.wait_durable(max(req.end for req in batch))
+        except BaseException as exc:  # before the batch was taken, only the leader tried
+            _fail_batch(batch, leader, exc)
         finally:
             with self._appends_cv:
                 del self._appends[: len(batch)]
