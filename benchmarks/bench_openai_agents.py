@@ -16,6 +16,11 @@ Figures (median of the per-call times, runs alternating journal and SQLite):
 - `get_items(limit=50)` and `get_items()` at the end of a long session;
 - a page of 50 items deep in the history (journal: `get_items_page(before=cursor)`;
   SQLite: the same keyset query on SQLiteSession's table, as a user would write it);
+- "new session object": a new session object per read on the same store (journal
+  shares the process's cache of the session); "nothing cached": the first reads of
+  the session in a process (journal: its caches dropped, untimed; SQLite: a new
+  SQLiteSession, which opens a new connection), including a whole turn as a
+  stateless server runs it (get_items() without a limit, then the turn's adds);
 - `pop_item` at the end of a long session;
 - bytes on disk after the turns (du of the store directory; SQLite with its WAL
   while open, and after close, when it has checkpointed the WAL away).
@@ -142,7 +147,12 @@ class Side:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-async def timed(fn: Callable[[], Awaitable[Any]]) -> float:
+async def timed(
+    fn: Callable[[], Awaitable[Any]], setup: Callable[[], object] | None = None
+) -> float:
+    """Seconds `fn` takes; `setup` runs first, untimed."""
+    if setup is not None:
+        setup()
     start = time.perf_counter()
     await fn()
     return time.perf_counter() - start
@@ -175,7 +185,9 @@ async def deep_page_sqlite(
     return await asyncio.to_thread(run)
 
 
-async def measure(side: Side, turns: list[list[list[Item]]], reads: int) -> dict[str, Any]:
+async def measure(
+    side: Side, turns: list[list[list[Item]]], reads: int, more_turns: list[list[list[Item]]]
+) -> dict[str, Any]:
     sid = "bench-session"
     s = side.open(sid)
     res: dict[str, Any] = {}
@@ -202,14 +214,21 @@ async def measure(side: Side, turns: list[list[list[Item]]], reads: int) -> dict
         async def fresh50() -> Any:
             return await JournalSession(sid, s.store).get_items(50)
 
-        # The first read of the session in a process: nothing cached.
+        # The first read of the session in a process: nothing cached (`drop_caches`,
+        # untimed, forgets what this process read; a new process has nothing to drop).
+        cold_setup: Callable[[], object] | None = drop_caches
+
         async def cold50() -> Any:
-            drop_caches()
             return await JournalSession(sid, s.store).get_items(50)
 
         async def cold_deep() -> Any:
-            drop_caches()
             return await JournalSession(sid, s.store).get_items_page(50, before=cursor)
+
+        async def cold_turn(calls: list[list[Item]]) -> None:
+            fresh = JournalSession(sid, s.store)
+            await fresh.get_items()
+            for items in calls:
+                await fresh.add_items(items)
     else:
         conn = sqlite3.connect(str(s.db_path), check_same_thread=False)
         ids = [
@@ -232,6 +251,16 @@ async def measure(side: Side, turns: list[list[list[Item]]], reads: int) -> dict
                 fresh.close()
 
         cold50 = fresh50  # a new SQLiteSession opens a new connection: nothing cached
+        cold_setup = None
+
+        async def cold_turn(calls: list[list[Item]]) -> None:
+            fresh = SQLiteSession(sid, s.db_path)
+            try:
+                await fresh.get_items()
+                for items in calls:
+                    await fresh.add_items(items)
+            finally:
+                fresh.close()
 
         async def cold_deep() -> Any:
             fresh = SQLiteSession(sid, s.db_path)
@@ -246,8 +275,16 @@ async def measure(side: Side, turns: list[list[list[Item]]], reads: int) -> dict
 
     res["deep50"] = statistics.median([await timed(deep) for _ in range(reads)])
     res["fresh50"] = statistics.median([await timed(fresh50) for _ in range(reads)])
-    res["cold50"] = statistics.median([await timed(cold50) for _ in range(reads)])
-    res["cold_deep50"] = statistics.median([await timed(cold_deep) for _ in range(reads)])
+    res["cold50"] = statistics.median([await timed(cold50, cold_setup) for _ in range(reads)])
+    res["cold_deep50"] = statistics.median(
+        [await timed(cold_deep, cold_setup) for _ in range(reads)]
+    )
+    # A turn as a stateless server runs it with nothing cached: a new session object
+    # reads the whole conversation (the Runner's get_items() without a limit), then
+    # adds the turn's items (the conversation grows by these turns).
+    res["cold_turn"] = statistics.median(
+        [await timed(lambda calls=calls: cold_turn(calls), cold_setup) for calls in more_turns]
+    )
     if side.name != "journal":
         conn.close()
     # Disk while open (SQLite: db + WAL + shm), then pops, then after close.
@@ -316,11 +353,13 @@ def main(argv: list[str] | None = None) -> int:
     turns_n = args.turns or (300 if args.quick else 1000)
     reps = args.reps or (1 if args.quick else 3)
     reads = 30 if args.quick else 100
+    cold_turns = 20 if args.quick else 50
     args.dir.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"turns": turns_n, "reps": reps}
 
     for profile in ("chat", "tools"):
         turns = make_turns(turns_n, profile)
+        more_turns = make_turns(cold_turns, profile, seed=8)
         runs: dict[str, list[dict[str, Any]]] = {"journal": [], "sqlite": []}
         for rep in range(reps):
             order = ("journal", "sqlite") if rep % 2 == 0 else ("sqlite", "journal")
@@ -332,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
                         file=sys.stderr,
                         flush=True,
                     )
-                    runs[name].append(asyncio.run(measure(side, turns, reads)))
+                    runs[name].append(asyncio.run(measure(side, turns, reads, more_turns)))
                 finally:
                     side.cleanup()
         # bytes after exactly 1,000 turns
@@ -359,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
             ("new session object: get_items(50)", "fresh50"),
             ("nothing cached: get_items(50)", "cold50"),
             ("nothing cached: page of 50, halfway", "cold_deep50"),
+            ("nothing cached: turn (get_items, adds)", "cold_turn"),
             ("pop_item, long session", "pop"),
         ]
         items = runs["journal"][0]["items"]

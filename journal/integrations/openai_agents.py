@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import bisect
 import math
 import os
@@ -101,6 +102,7 @@ Key = tuple[int, int, int]
 _CURSOR_PREFIX = "jc1."
 _cursor_encode = msgspec.msgpack.Encoder().encode
 _cursor_decode = msgspec.msgpack.Decoder(list[Any]).decode
+_URLSAFE = bytes.maketrans(b"+/", b"-_")  # base64 -> urlsafe base64
 
 # One lock per (store root, session id) in this process, shared by every
 # JournalSession object (and every event loop) that works on that session.
@@ -323,11 +325,13 @@ class JournalSession:
         self.owner_id = owner_id
         self._lock = _session_lock(self.store.root, session_id)
         self._closed = False
-        self._items_per_event = 2.0  # running estimate, sizes event pages
+        self._items_per_event = 1.0  # running estimate, sizes event pages
         if not isinstance(cache_bytes, int) or cache_bytes < 0:
             raise InvalidInputError("cache_bytes must be a non-negative integer")
         self.cache_bytes = cache_bytes
         self._key = (self.store.root, session_id)
+        self._dir = self.store.session_dir(session_id)
+        self._identity_file = os.path.join(self._dir, IDENTITY_FILE)
         self._tag = zlib.crc32(session_id.encode("utf-8", "surrogatepass"))  # in cursors
 
     # ------------------------------------------------------------ SDK protocol
@@ -469,41 +473,48 @@ class JournalSession:
     def _identity(self) -> tuple[int, int, int] | None:
         """The session directory's identity (None: no such session); changes when it is
         deleted and created again, so a cache of the old one is never reused."""
-        directory = self.store.session_dir(self.session_id)
         try:
-            d = os.stat(directory)
-            f = os.stat(os.path.join(directory, IDENTITY_FILE))
+            d = os.stat(self._dir)
+            f = os.stat(self._identity_file)
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise StorageError(f"cannot stat session directory {directory}: {exc}") from exc
+            raise StorageError(f"cannot stat session directory {self._dir}: {exc}") from exc
         return (d.st_ino, f.st_ino, f.st_mtime_ns)
 
-    def _sync(self) -> _Cache:
-        """The cache, brought up to date with the log (one `events_after` call when current)."""
-        ident = self._identity()
+    def _sync(self, want: int = 32) -> _Cache:
+        """The cache, brought up to date with the log (one `events_after` call when current).
+
+        `want`: the items the caller is about to read, if the cache must be rebuilt.
+        """
+        return self._sync_as(self._identity(), want)
+
+    def _sync_as(self, ident: tuple[int, int, int] | None, want: int) -> _Cache:
+        """`_sync` given the session's identity, just read."""
         c = self._c
         if c is None or c.ident != ident:
-            return self._rebuild(ident)
+            return self._rebuild(ident, want)
         if ident is None:
             return c
         while True:
             new = self.store.events_after(self.session_id, c.latest, 256)
             for jev in new:
                 if not self._apply(c, jev.sequence, jev.event.msg):
-                    return self._rebuild(ident)
+                    return self._rebuild(ident, want)
             if len(new) < 256:
                 return c
 
-    def _rebuild(self, ident: tuple[int, int, int] | None) -> _Cache:
+    def _rebuild(self, ident: tuple[int, int, int] | None, want: int = 32) -> _Cache:
+        """A new cache of the session, holding its newest items (at least `want`, or all).
+
+        One read of the newest events gives both the items and the latest sequence
+        they reflect (no separate read of the counter)."""
         c = _Cache(ident, 0, [_Segment(self.session_id)], complete=True)
         if ident is not None:
             cp = self.store.load(self.session_id)
             if cp is not None:
-                latest = self.store.event_page(
-                    self.session_id, EventPageRequest(limit=1)
-                ).latest_sequence
-                c = _Cache(ident, latest, self._chain(cp), boundary=(0, latest, _ALL))
+                c = _Cache(ident, 0, self._chain(cp))
+                self._fill(c, max(1, want), top=True)
         self._c = c
         return c
 
@@ -554,17 +565,28 @@ class JournalSession:
         """Read older items from disk into the cache until it holds `need` or all of them."""
         if c.complete or not c.extendable or len(c.keys) >= need:
             return
+        self._fill(c, need, top=False)
+
+    def _fill(self, c: _Cache, need: int, *, top: bool) -> None:
+        """Read items older than the cache's boundary (`top`: the newest items of a new,
+        empty cache, whose `latest` and boundary the first page sets) into the cache."""
         got_keys: list[Key] = []
         got_vals: list[bytes] = []
         last: Key | None = None
         exhausted = True
         tombs: list[tuple[int, int, Key]] = []
+
+        def at_latest(latest: int) -> None:
+            c.latest = latest
+            c.boundary = (0, latest, _ALL)
+
         for key, item, _ in self._scan(
             c.chain,
-            c.boundary,
-            self._pending_at(c, c.boundary),
+            None if top else c.boundary,
+            set() if top else self._pending_at(c, c.boundary),
             want=need - len(c.keys),
             on_tomb=lambda d, s, t: tombs.append((d, s, t)),
+            on_latest=at_latest if top else None,
         ):
             got_keys.append(key)
             got_vals.append(_encode(item))
@@ -638,7 +660,7 @@ class JournalSession:
             self.store.append_event(self.session_id, now, event)
 
     def _exclusive(self) -> _DirLock:
-        return _DirLock(self.store.session_dir(self.session_id), self.store.options.lock_timeout)
+        return _DirLock(self._dir, self.store.options.lock_timeout)
 
     def _pop(self) -> Any:
         # No read of the log first: the tombstone is appended only if the session's
@@ -704,8 +726,8 @@ class JournalSession:
                 self._apply(c, jev.sequence, msg)
 
     def _latest(self, limit: int | None) -> list[Any]:
-        c = self._sync()
         need = (1 << 62) if limit is None else limit
+        c = self._sync(need)
         self._extend(c, need)
         if len(c.keys) >= need or c.complete:
             return _decode_all(c.vals[-need:] if len(c.vals) > need else c.vals)
@@ -719,7 +741,18 @@ class JournalSession:
         return out
 
     def _page(self, limit: int, before: str | None) -> ItemPage:
-        c = self._sync()
+        ident = self._identity()
+        if before is not None and ident is not None:
+            cold = self._c
+            if cold is None or cold.ident != ident:
+                # Nothing cached: a page below a cursor is read from the log; reading
+                # the newest items into a new cache first would be wasted work.
+                cp = self.store.load(self.session_id)
+                if cp is not None:
+                    chain = self._chain(cp)
+                    cur = self._decode_cursor(before, len(chain))
+                    return self._disk_page(chain, cur[0], limit, cur)
+        c = self._sync_as(ident, limit + 1 if before is None else 1)
         cursor = self._decode_cursor(before, len(c.chain)) if before is not None else None
         key = cursor[1] if cursor is not None else None
 
@@ -745,19 +778,27 @@ class JournalSession:
                 lo = max(0, p - limit)
                 keys = c.keys[lo:p][::-1]
                 page = ItemPage(items=_decode_all(c.vals[lo:p])[::-1])
-                page.cursors = [
-                    self._encode_cursor(c.latest, k, sorted(self._pending_at(c, k))) for k in keys
-                ]
+                encode, latest = self._encode_cursor, c.latest
+                if c.tombs:
+                    page.cursors = [encode(latest, k, sorted(self._pending_at(c, k))) for k in keys]
+                else:  # no removal can be pending below any of them
+                    page.cursors = [encode(latest, k, ()) for k in keys]
                 if lo > 0:
                     page.next_before = page.cursors[-1]
                 return page
-        return self._disk_page(c, limit, cursor)
+        return self._disk_page(c.chain, c.latest, limit, cursor)
 
     def _disk_page(
-        self, c: _Cache, limit: int, cursor: tuple[int, Key, list[Key]] | None
+        self,
+        chain: list[_Segment],
+        latest: int,
+        limit: int,
+        cursor: tuple[int, Key, list[Key]] | None,
     ) -> ItemPage:
-        """A page read from the log (history beyond the cache budget)."""
-        latest = c.latest
+        """A page read from the log (history beyond the cache budget, or nothing cached).
+
+        `chain`, `latest`: the session's branch chain and the log position to read
+        at when there is no cursor (a cursor brings its own)."""
         start: Key | None = None
         pending: set[Key] = set()
         if cursor is not None:
@@ -777,7 +818,7 @@ class JournalSession:
                         return ItemPage()
                 if len(new) < 1024:
                     break
-        chain = [_Segment(self.session_id, events=latest), *c.chain[1:]]
+        chain = [_Segment(self.session_id, events=latest), *chain[1:]]
         page = ItemPage()
         for key, item, pend in self._scan(chain, start, pending, want=limit + 1):
             if len(page.items) == limit:
@@ -858,12 +899,16 @@ class JournalSession:
         *,
         want: int,
         on_tomb: Callable[[int, int, Key], object] | None = None,
+        on_latest: Callable[[int], object] | None = None,
     ) -> Iterator[tuple[Key, Any, tuple[Key, ...]]]:
         """Yield (key, item, pending removals below it) for live items, newest first.
 
         `start`: begin below this item (`pending`: the removals still to apply
-        below it). `want` sizes the event pages. Strict: a record of ours that
-        does not decode raises `CorruptionError` naming the session and event.
+        below it). `want` sizes the first event page (from the running
+        items-per-event estimate; the next ones double). `on_latest`: called with the
+        session's latest event sequence as of the first page (`start` None).
+        Strict: a record of ours that does not decode raises `CorruptionError`
+        naming the session and event.
         """
         first_depth = start[0] if start is not None else 0
         batch = max(2, min(1024, math.ceil(want / self._items_per_event) + 1))
@@ -878,6 +923,9 @@ class JournalSession:
                 page = self.store.event_page(
                     seg.session_id, EventPageRequest(limit=batch, before_sequence=before)
                 )
+                if on_latest is not None:
+                    on_latest(page.latest_sequence)
+                    on_latest = None
                 for jev in page.events:
                     seq = jev.sequence
                     msg = jev.event.msg
@@ -936,25 +984,32 @@ class JournalSession:
         )
 
     def _encode_cursor(self, latest: int, key: Key, pending: Sequence[Key]) -> str:
-        raw = _cursor_encode([self._tag, latest, *key, [list(p) for p in pending]])
-        return _CURSOR_PREFIX + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+        raw = _cursor_encode((self._tag, latest, *key, pending))
+        b64 = binascii.b2a_base64(raw, newline=False).translate(_URLSAFE)
+        return _CURSOR_PREFIX + b64.decode("ascii").rstrip("=")
 
     def _decode_cursor(self, cursor: str, depths: int) -> tuple[int, Key, list[Key]]:
         """(latest event when issued, item key, removals pending below the item)."""
-        bad = InvalidInputError(f"not a cursor of session {self.session_id!r}: {cursor!r}")
+
+        def bad() -> InvalidInputError:
+            return InvalidInputError(f"not a cursor of session {self.session_id!r}: {cursor!r}")
+
         if not isinstance(cursor, str) or not cursor.startswith(_CURSOR_PREFIX):
-            raise bad
+            raise bad()
         body = cursor[len(_CURSOR_PREFIX) :]
         try:
             raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
             tag, latest, depth, seq, index, pend = _cursor_decode(raw)
             pending = [(int(a), int(b), int(c)) for a, b, c in pend]
         except (ValueError, TypeError, msgspec.DecodeError):
-            raise bad from None
+            raise bad() from None
         if tag != self._tag:
-            raise bad
-        if not all(_is_count(v) for v in (latest, depth, seq, index)) or depth >= depths:
-            raise bad
+            raise bad()
+        if (
+            not (_is_count(latest) and _is_count(depth) and _is_count(seq) and _is_count(index))
+            or depth >= depths
+        ):
+            raise bad()
         return latest, (depth, seq, index), pending
 
 
