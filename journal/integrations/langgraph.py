@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import os
 import random
 import secrets
@@ -106,6 +107,13 @@ _MAX_LATE = 48  # late events the fast path reads one by one before it gives up
 _RAW_MEMO = 8192  # base64-decoded list items remembered (by identity) across reads
 _FP_LEN = 8  # fields of a current `fp` (5: written before `pend`, `mine`, `lastseq`)
 _MAX_PEND = 64  # checkpoints with pending ahead writes an event lists (more: not clean)
+# An older context of the head's epoch is sliced from `load()` (the head) rather
+# than rebuilt by `checkpoint_at` while the head has at most this many items per
+# item of that context, plus this: `load()` decodes every item of the head (about
+# 1 us each), `checkpoint_at` reads one record per save of the epoch up to that
+# checkpoint (about 16 us each).
+_LOAD_ITEMS_PER_ITEM = 12
+_LOAD_ITEMS_FIXED = 64
 
 
 # ----------------------------------------------------------------------- encoding
@@ -234,6 +242,9 @@ class _Index:
     wids: dict[int, str] = field(default_factory=dict)
     located: dict[str, int] = field(default_factory=dict)  # `_locate` answers below `low`
     head: tuple[int, int, list[Any]] | None = None  # (seq, epoch, context) of the head
+    # (seq, epoch, context length) of the newest put event read: the head's, unless a
+    # checkpoint was saved without one (`_context_items` checks the head it loads).
+    top: tuple[int, int, int] | None = None
     # The last context read with `checkpoint_at`: (seq, epoch, items). Within an
     # epoch a checkpoint's context is a prefix of every later one's.
     older: tuple[int, int, list[Any]] | None = None
@@ -677,6 +688,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 idx.order = None
             if forward:
                 idx.head = None  # a newer checkpoint: the cached head is stale
+                if idx.top is None or put.seq > idx.top[0]:
+                    idx.top = (put.seq, put.epoch, put.ctx_len)
         elif kind == EV_WRITES:
             cid = msg.get("id")
             task_id = msg.get("task")
@@ -730,8 +743,13 @@ class JournalSaver(BaseCheckpointSaver[str]):
             return idx
         idx = _Index(sid, thread_id, ns, low=latest + 1, high=latest)
         if newest.events:
-            idx.high_mark = _mark(newest.events[0])
-            idx.high_fp = _fp_of(newest.events[0])
+            top = newest.events[0]
+            idx.high_mark = _mark(top)
+            idx.high_fp = _fp_of(top)
+            if top.event.msg.get("type") == EV_CHECKPOINT:
+                with contextlib.suppress(CorruptionError):  # read again (and raised) if needed
+                    put = self._parse_put(idx, top)
+                    idx.top = (put.seq, put.epoch, put.ctx_len)
         with self._lock:
             self._indexes[sid] = idx
             while len(self._indexes) > _MAX_INDEXES:
@@ -1366,10 +1384,28 @@ class JournalSaver(BaseCheckpointSaver[str]):
             hit = cache.get(put.epoch)
             if hit is not None and hit[0] >= put.seq and len(hit[1]) >= put.ctx_len:
                 return hit[1][: put.ctx_len]
-        head = idx.head  # not loaded for this: `checkpoint_at` reads the head too
+        head = idx.head
+        top = idx.top
+        if (
+            head is None
+            and top is not None
+            and top[1] == put.epoch
+            and top[0] >= put.seq
+            and top[2] <= _LOAD_ITEMS_PER_ITEM * put.ctx_len + _LOAD_ITEMS_FIXED
+        ):
+            head = self._head(idx)  # its context starts with this put's (same epoch)
         older = idx.older
         if head is not None and head[0] == put.seq:
             items = head[2]
+        elif (
+            head is not None
+            and head[1] == put.epoch
+            and head[0] >= put.seq
+            and len(head[2]) >= put.ctx_len
+        ):
+            # Within an epoch a later checkpoint's context extends an earlier one's
+            # (the journal refuses a save that changes the prefix).
+            items = head[2][: put.ctx_len]
         elif (
             older is not None
             and older[1] == put.epoch

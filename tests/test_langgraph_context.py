@@ -1,0 +1,113 @@
+"""Where a cold read of an older checkpoint takes its message list from.
+
+Within one context epoch every later checkpoint's list starts with an earlier
+one's, so the saver slices an older checkpoint's list from the head (`load()`,
+one decode per item) instead of rebuilding it with `checkpoint_at` (one record
+read per save of the epoch) when that is cheaper; in another epoch, or when the
+head's list is much longer, it must use `checkpoint_at`. Answers are compared
+with LangGraph's `InMemorySaver` fed the same calls.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.base")
+
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph_checks import cfg, same
+
+from journal.integrations.langgraph import JournalSaver
+
+
+def put_all(savers: list[Any], thread: str, lists: list[list[Any]]) -> list[str]:
+    ids: list[str] = []
+    parent: str | None = None
+    for step, messages in enumerate(lists):
+        cp = empty_checkpoint()
+        cp["id"] = str(uuid6(clock_seq=step))
+        cp["channel_values"] = {"messages": messages, "step": step}
+        cp["channel_versions"] = {"messages": f"{step:032}.0", "step": f"{step:032}.0"}
+        for s in savers:
+            s.put(cfg(thread, parent), cp, {"step": step}, dict(cp["channel_versions"]))
+        ids.append(cp["id"])
+        parent = cp["id"]
+    return ids
+
+
+class Calls:
+    """Counts the saver's `load` and `checkpoint_at` calls on its store."""
+
+    def __init__(self, saver: JournalSaver) -> None:
+        self.load = 0
+        self.checkpoint_at = 0
+        store = saver.store
+        for name in ("load", "checkpoint_at"):
+            orig = getattr(store, name)
+
+            def counted(*a: Any, _orig: Any = orig, _name: str = name, **k: Any) -> Any:
+                setattr(self, _name, getattr(self, _name) + 1)
+                return _orig(*a, **k)
+
+            setattr(store, name, counted)
+
+
+def compare(root: Path, ref: InMemorySaver, anchor: str, limit: int) -> Calls:
+    with JournalSaver(root) as fresh:
+        calls = Calls(fresh)
+        got = list(fresh.list(cfg("t"), before=cfg("t", anchor), limit=limit))
+        want = list(ref.list(cfg("t"), before=cfg("t", anchor), limit=limit))
+        assert [t.config for t in got] == [t.config for t in want]
+        for g, w in zip(got, want, strict=True):
+            same(g, w)
+        return calls
+
+
+def test_older_context_comes_from_the_head_only_within_its_epoch(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    ref = InMemorySaver()
+    msgs: list[Any] = []
+    lists: list[list[Any]] = []
+    for i in range(30):  # epoch 0: one message more per put
+        msgs = [*msgs, HumanMessage(f"h{i}") if i % 2 == 0 else AIMessage(f"a{i}")]
+        lists.append(msgs)
+    msgs = [*lists[4], AIMessage("a branch")]  # time travel: not an extension, epoch 1
+    for i in range(30):
+        msgs = [*msgs, HumanMessage(f"b{i}")]
+        lists.append(msgs)
+    with JournalSaver(root) as saver:
+        ids = put_all([saver, ref], "t", lists)
+
+    # In the head's epoch (puts 30..59): sliced from the head, no `checkpoint_at`.
+    calls = compare(root, ref, ids[50], 5)
+    assert (calls.load, calls.checkpoint_at) == (1, 0)
+    # Across the epoch change: the head for epoch 1, `checkpoint_at` for epoch 0.
+    calls = compare(root, ref, ids[33], 6)
+    assert calls.load == 1 and calls.checkpoint_at == 1
+    # Entirely in epoch 0: the head's list is not a continuation of theirs.
+    calls = compare(root, ref, ids[20], 4)
+    assert (calls.load, calls.checkpoint_at) == (0, 1)
+
+
+def test_a_short_old_context_is_not_sliced_from_a_long_head(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    ref = InMemorySaver()
+    msgs: list[Any] = []
+    lists: list[list[Any]] = []
+    for i in range(120):
+        msgs = [*msgs, HumanMessage(f"h{i}")]
+        lists.append(msgs)
+    with JournalSaver(root) as saver:
+        ids = put_all([saver, ref], "t", lists)
+    # Put 3 holds 3 messages, the head 120: decoding the head costs more.
+    calls = compare(root, ref, ids[4], 2)
+    assert (calls.load, calls.checkpoint_at) == (0, 1)
+    # Put 60 holds 60: the head is the cheaper source.
+    calls = compare(root, ref, ids[61], 2)
+    assert (calls.load, calls.checkpoint_at) == (1, 0)
