@@ -49,6 +49,20 @@ class CorruptionError(JournalError):
         self.offset = offset
 
 
+class UnfinishedSessionError(NotFoundError):
+    """A session directory whose creation (first save or fork) never finished.
+
+    Only a power loss while a new session was being published leaves one: its
+    identity file is unreadable and its log holds no complete commit. The call
+    that created it never returned, so the session does not exist; a writable
+    store moves the directory to the trash when it meets it.
+    """
+
+    def __init__(self, message: str, *, path: str):
+        super().__init__(f"{message} (directory {path})")
+        self.path = path
+
+
 class LockTimeoutError(JournalError, TimeoutError):
     """A writer lock could not be taken in time; the message names the holder."""
 
@@ -78,4 +92,5 @@ __all__ = [
     "LockTimeoutError",
     "NotFoundError",
     "StorageError",
+    "UnfinishedSessionError",
 ]

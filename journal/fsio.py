@@ -166,38 +166,78 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
-def sync_all(data_files: Sequence[str], files: Sequence[str], dirs: Sequence[str]) -> None:
-    """Make these files (fdatasync / fsync) and directories durable, concurrently.
+class Syncing:
+    """Syncs started by `start_sync`; `wait` returns once every one has finished."""
 
-    For the parts of a new session directory before the rename that publishes
-    it: none of them matters until all are durable, so their order does not
-    either, and the syncs overlap instead of waiting for one another (a new
-    session's four syncs took about as long as one or two here). Returns when
-    all are done; raises the first failure after every sync has finished.
+    def __init__(self, futures: list[Future[None]]) -> None:
+        self._futures = futures
+
+    def wait_quietly(self) -> None:
+        """Wait for every sync, ignoring failures (the caller is failing already)."""
+        for f in self._futures:
+            f.exception()
+
+    def wait(self) -> None:
+        """Raise the first failure, after every sync has finished."""
+        failures = [f.exception() for f in self._futures]
+        for failure in failures:
+            if isinstance(failure, StorageError):
+                raise failure
+            if failure is not None:
+                raise StorageError(f"sync failed: {type(failure).__name__}: {failure}") from failure
+
+
+def start_sync(
+    data_files: Sequence[str],
+    files: Sequence[str],
+    dirs: Sequence[str],
+    *,
+    keep_one: bool = False,
+) -> Syncing:
+    """Start making these files (fdatasync / fsync) and directories durable.
+
+    The syncs run concurrently on a few pool threads while the caller goes on;
+    `Syncing.wait` waits for them. With `keep_one`, the calling thread runs the
+    first one itself before returning (it would only wait otherwise). They all
+    run here, before this returns, when the file operations cannot run
+    concurrently (`ops.concurrent` False: the power-loss recorder) and while the
+    interpreter is exiting.
     """
     jobs: list[Callable[[], None]] = [
         *(lambda p=p: sync_path(p, data_only=True) for p in data_files),
         *(lambda p=p: sync_path(p) for p in files),
         *(lambda p=p: sync_dir(p) for p in dirs),
     ]
+    mine = 1 if keep_one and jobs else 0
     futures: list[Future[None]] = []
-    if len(jobs) >= 2 and ops.concurrent and not sys.is_finalizing():
+    if len(jobs) > mine and ops.concurrent and not sys.is_finalizing():
         try:
             pool = _executor()
-            for job in jobs:
+            for job in jobs[mine:]:
                 futures.append(pool.submit(job))
         except RuntimeError:
             # "cannot schedule new futures after shutdown": the interpreter is exiting
             # (an atexit handler, a thread outliving the main one). Do the rest here.
             pass
-    for job in jobs[len(futures) :]:
-        job()
-    failures = [f.exception() for f in futures]
-    for failure in failures:
-        if isinstance(failure, StorageError):
-            raise failure
-        if failure is not None:
-            raise StorageError(f"sync failed: {type(failure).__name__}: {failure}") from failure
+    try:
+        for job in [*jobs[:mine], *jobs[mine + len(futures) :]]:
+            job()
+    except BaseException:
+        Syncing(futures).wait_quietly()
+        raise
+    return Syncing(futures)
+
+
+def sync_all(data_files: Sequence[str], files: Sequence[str], dirs: Sequence[str]) -> None:
+    """Make these files (fdatasync / fsync) and directories durable, concurrently.
+
+    For parts whose order does not matter (the parts of a new session directory
+    before or after the rename that publishes it, see `Store._publish`): the
+    syncs overlap instead of waiting for one another (a new session's four syncs
+    took about as long as one or two here). Returns when all are done; raises
+    the first failure after every sync has finished.
+    """
+    start_sync(data_files, files, dirs, keep_one=True).wait()
 
 
 def write_file(path: str, data: bytes, *, durable: bool) -> None:

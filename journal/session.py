@@ -37,6 +37,7 @@ from .errors import (
     JournalError,
     NotFoundError,
     StorageError,
+    UnfinishedSessionError,
 )
 from .eventrules import EventRules
 from .index import (
@@ -215,18 +216,26 @@ def _fail_batch(batch: list[_Append], leader: _Append, exc: BaseException) -> No
 
 class Session:
     def __init__(
-        self, directory: str, session_id: str, options: SessionOptions, *, private: bool = False
+        self,
+        directory: str,
+        session_id: str,
+        options: SessionOptions,
+        *,
+        private: SessionIdentity | None = None,
     ):
-        """Open the session in `directory`. `private`: a directory from `build`, not
-        yet published, whose first commit `seal` makes durable (no sync before)."""
-        if private:
+        """Open the session in `directory`. `private`: the identity of a directory
+        laid out by `build` or `fill_spare` (an empty log), not yet published, for
+        its first commit; nothing is synced or locked (`Store._publish` syncs it,
+        and nobody else knows the directory)."""
+        if private is not None:
             options = dataclasses.replace(options, durable=False)
         self.dir = directory
         self.id = session_id
         self.options = options
+        self._private = private is not None
         self.identity_path = os.path.join(directory, IDENTITY_FILE)  # checked on every call
         self._identity_key = _file_key(self.identity_path)
-        self.identity = self._read_identity()
+        self.identity = self._read_identity() if private is None else private
         if self.identity.session_id != session_id:
             raise CorruptionError(
                 f"session directory belongs to {self.identity.session_id!r}, not {session_id!r}",
@@ -239,7 +248,7 @@ class Session:
             label=f"session {session_id!r}",
             cache=options.read_cache,
         )
-        if private:
+        if private is not None:
             self.log.preallocate = self.log.sync_on_close = False
         self.flock = FileLock(os.path.join(directory, LOCK_FILE), f"session {session_id!r}")
         self._write_lock = threading.Lock()
@@ -267,7 +276,19 @@ class Session:
         # (path, position) of the last unusable tail a reader classified, and the verdict
         self._tail_checked: tuple[tuple[str, int], CorruptionError | None] | None = None
         self.tail_state = ScanState()
+        if private is not None:
+            self._recovered = True  # an empty log we laid out: nothing to read or recover
+            return
         self._open_caches()
+        if self.head.commits == 0 and self.damage is None:
+            # Every session is published with its first commit written already
+            # (`Store._publish`), so none is seen without one unless a power loss
+            # cut that commit before it was synced.
+            self.close()
+            raise UnfinishedSessionError(
+                f"session {session_id!r} has no complete commit: its creation never finished",
+                path=directory,
+            )
 
     # ---------------------------------------------------------------- identity
     def _read_identity(self) -> SessionIdentity:
@@ -318,7 +339,7 @@ class Session:
         segment (header only), LOCK, SESSION, each directory synced after its
         entries. `fill_spare` later only writes the identity in place, so a new
         session's critical path creates no file and syncs no directory but
-        `sessions/` (`seal(..., entries_synced=True)`).
+        `sessions/` (see `Store._publish`).
         """
         Session._lay_out(directory)
         log_dir = os.path.join(directory, LOG_DIR)
@@ -341,7 +362,16 @@ class Session:
             os.close(fd)
 
     @staticmethod
-    def seal(directory: str, *, entries_synced: bool = False) -> None:
+    def identity_file(directory: str) -> str:
+        return os.path.join(directory, IDENTITY_FILE)
+
+    @staticmethod
+    def segment_files(directory: str) -> list[str]:
+        log_dir = os.path.join(directory, LOG_DIR)
+        return [os.path.join(log_dir, n) for n in os.listdir(log_dir) if n.endswith(".seg")]
+
+    @staticmethod
+    def seal(directory: str) -> None:
         """Make a directory from `build` durable before it is published by rename.
 
         The caller has written the first commit through a `private` Session and
@@ -350,16 +380,14 @@ class Session:
         is published until all four are durable, so their order does not matter.
         Every directory is synced after all its entries exist: syncing the session
         directory before `log/` existed once let a power loss leave a session
-        without its log (found by tests/test_lost_writes.py).
+        without its log (found by tests/test_lost_writes.py). A spare
+        (`build_spare`) is published differently: see `Store._publish`.
         """
         log_dir = os.path.join(directory, LOG_DIR)
-        segments = [os.path.join(log_dir, n) for n in os.listdir(log_dir) if n.endswith(".seg")]
         fsio.sync_all(
-            data_files=segments,
-            files=[os.path.join(directory, IDENTITY_FILE)],
-            # A spare's entries were synced when it was built (`build_spare`); its
-            # first commit never rolls a segment, so they are unchanged.
-            dirs=[] if entries_synced else [log_dir, directory],
+            data_files=Session.segment_files(directory),
+            files=[Session.identity_file(directory)],
+            dirs=[log_dir, directory],
         )
 
     # ------------------------------------------------------------ cache loading
@@ -654,6 +682,12 @@ class Session:
     @contextmanager
     def writing(self) -> Iterator[None]:
         """Hold the session's write lock (threads, then processes) with the head current."""
+        if self._private:
+            with self._write_lock:
+                if not self.log.has_writer():
+                    self.log.open_writer(self.head.covered)
+                yield
+            return
         with self.locked():
             # Fast path: after recovery, when no other process appended since our
             # last commit (one pread), the head is current and the writer in place.
@@ -1314,6 +1348,8 @@ class Session:
 
     def _trim_on_close(self) -> None:
         """Give back the preallocated tail if we wrote last (never waits for a lock)."""
+        if self._private:
+            return  # never preallocated
         if not self.log.has_writer() or not self._write_lock.acquire(blocking=False):
             return
         try:

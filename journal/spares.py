@@ -11,10 +11,10 @@ a crash leaves it for `Store._clean_tmp`, which removes tmp/ entries older than
 ten minutes. So a spare is used only while it is younger than five: another
 process cannot be removing it under us.
 
-Refills run in a background thread after a spare is taken (at most one at a
-time). With a file-operations recorder that cannot run concurrently
-(`fsio.ops.concurrent` False, the power-loss tests), they run in the calling
-thread instead, so every operation stays in one recorded order.
+Refills run in one long-lived background thread, woken after a spare is taken.
+With a file-operations recorder that cannot run concurrently (`fsio.ops.concurrent`
+False, the power-loss tests), they run in the calling thread instead, so every
+operation stays in one recorded order.
 """
 
 from __future__ import annotations
@@ -41,6 +41,12 @@ class SparePool:
         self.target = target
         self._ready: list[tuple[str, float]] = []  # (path, when built)
         self._lock = threading.Lock()
+        # One long-lived refiller thread, woken through `_wake`: starting a thread
+        # per refill cost the caller up to 2.5 ms here (the new thread takes the
+        # GIL to build a spare before `Thread.start` returns).
+        self._wake = threading.Condition(self._lock)
+        self._wanted = False  # a refill was asked for and has not begun
+        self._busy = False  # the refiller is building spares now
         self._refiller: threading.Thread | None = None
         self._closed = False
         self._pid = os.getpid()
@@ -59,7 +65,7 @@ class SparePool:
             shutil.rmtree(path, ignore_errors=True)  # too old to be sure it is still ours
 
     def refill_soon(self) -> None:
-        """Top the pool up: in a background thread, or here (see the module doc)."""
+        """Top the pool up: in the background thread, or here (see the module doc)."""
         if os.getpid() != self._pid:
             return
         if not fsio.ops.concurrent:
@@ -68,12 +74,29 @@ class SparePool:
         with self._lock:
             if self._closed or len(self._ready) >= self.target:
                 return
-            if self._refiller is not None and self._refiller.is_alive():
-                return
-            self._refiller = threading.Thread(
-                target=self._refill, name="journal-spares", daemon=True
-            )
-            self._refiller.start()
+            self._wanted = True
+            if self._refiller is None:
+                self._refiller = threading.Thread(
+                    target=self._serve, name="journal-spares", daemon=True
+                )
+                self._refiller.start()
+            else:
+                self._wake.notify()
+
+    def _serve(self) -> None:
+        while True:
+            with self._lock:
+                while not self._wanted and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    return
+                self._wanted, self._busy = False, True
+            try:
+                self._refill()
+            finally:
+                with self._lock:
+                    self._busy = False
+                    self._wake.notify_all()  # `wait` callers
 
     def _refill(self) -> None:
         while True:
@@ -94,19 +117,23 @@ class SparePool:
                 self._ready.append((path, time.monotonic()))
 
     def wait(self) -> None:
-        """Until no refill is running (close; benchmarks that must not overlap it)."""
+        """Until no refill is asked for or running (benchmarks that must not overlap it)."""
         with self._lock:
-            refiller = self._refiller
-        if refiller is not None:
-            refiller.join()
+            while (self._wanted or self._busy) and self._refiller is not None:
+                if not self._refiller.is_alive():
+                    return
+                self._wake.wait(0.1)
 
     def close(self) -> None:
         """Stop refilling and remove the unused spares (garbage, but tidy)."""
         with self._lock:
             self._closed = True
+            refiller = self._refiller
+            self._wake.notify_all()
         if os.getpid() != self._pid:
             return  # a forked child: not its spares to remove
-        self.wait()
+        if refiller is not None:
+            refiller.join()
         with self._lock:
             ready, self._ready = self._ready, []
         for path, _ in ready:

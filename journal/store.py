@@ -23,7 +23,7 @@ from typing import Any, Literal, TypeVar, cast
 
 import msgspec
 
-from . import validate
+from . import fsio, validate
 from .cache import ReadCache
 from .catalog import (
     OP_DELETE,
@@ -43,6 +43,7 @@ from .errors import (
     JournalError,
     NotFoundError,
     StorageError,
+    UnfinishedSessionError,
 )
 from .index import KIND_EXECUTIONS
 from .locks import FileLock
@@ -243,7 +244,6 @@ class Store:
             os.makedirs(os.path.join(self.root, sub), exist_ok=True)
 
     def _create_root(self, manifest: str) -> None:
-        from . import fsio
 
         try:
             os.makedirs(self.root, exist_ok=True)
@@ -290,10 +290,21 @@ class Store:
         with self._lock:
             sess = self._sessions.get(session_id)
             if sess is None:
-                sess = Session(path, session_id, self.options)
-                self._sessions[session_id] = sess
-            self._pin(session_id, sess)
-            return sess
+                try:
+                    sess = Session(path, session_id, self.options)
+                except UnfinishedSessionError:
+                    unfinished = True
+                else:
+                    unfinished = False
+                    self._sessions[session_id] = sess
+            else:
+                unfinished = False
+            if not unfinished:
+                assert sess is not None
+                self._pin(session_id, sess)
+                return sess
+        self._discard_unfinished(path)
+        return None
 
     def _pin(self, session_id: str, sess: Session) -> None:
         """Mark a session in use by this thread's call and most recently used (lock held)."""
@@ -465,42 +476,72 @@ class Store:
         changed nothing, when the session appeared meanwhile (the caller then saves
         into it, which enforces the sequence rule against what is there).
         """
-        from . import fsio
 
         path = self.session_dir(cp.session_id)
-        tmp, prebuilt = self._new_session_dir(SessionIdentity(cp.session_id, created_at=now))
+        identity = SessionIdentity(cp.session_id, created_at=now)
+        tmp, identity_sync = self._new_session_dir(identity)
         try:
-            first = Session(tmp, cp.session_id, self.options, private=True)
+            first = Session(tmp, cp.session_id, self.options, private=identity)
             try:
                 journal = first.save(cp, items, rec, evs, now=now)
             finally:
-                first.close()  # syncs nothing: Session.seal syncs it all
+                first.close()  # syncs nothing: `_publish` syncs it all
             # No cache files: the first open rebuilds them from one commit, for less
-            # than writing them here costs. No sync of tmp/ itself: the rename moves
-            # the directory, and syncing its new parent afterwards makes it durable.
-            Session.seal(tmp, entries_synced=prebuilt)
-            try:
-                fsio.rename(tmp, path)
-            except StorageError:
-                if os.path.isdir(path):
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    return None
-                raise
+            # than writing them here costs.
+            published = self._publish(tmp, path, identity_sync)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        fsio.sync_dir(os.path.dirname(path))
+        if not published:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return None
         self.spares.refill_soon()
         return journal
 
-    def _new_session_dir(self, identity: SessionIdentity) -> tuple[str, bool]:
-        """A private directory for a new session: a spare if one is ready (True), else
-        one built now. Either way the caller writes the first commit and seals it."""
+    def _publish(self, tmp: str, path: str, identity_sync: fsio.Syncing | None) -> bool:
+        """Give a session built in private (`_new_session_dir`, then its first commit)
+        its name; return once it is durable. False, publishing nothing, when a
+        directory of that name exists already. See FORMAT.md section 9.
+        """
+        parent = os.path.dirname(path)
+        if identity_sync is None:
+            # Built now: its entries are new and must be durable before its name
+            # is, or a power loss could publish a session without its log.
+            Session.seal(tmp)
+            if not _rename_unless_taken(tmp, path):
+                return False
+            fsio.sync_dir(parent)
+            return True
+        # A spare: its entries are durable already, and its identity file was
+        # synced while the first commit was being written. So the name can come
+        # before the first commit is durable, and be synced with it in one round
+        # instead of two: a power loss in that round leaves at worst a session
+        # without a complete commit, which readers treat as never created (and a
+        # writable store discards). The session's write lock, held meanwhile, keeps
+        # other writers out of a session that a power loss could still take away.
+        # In "os" mode nothing more is synced: what a power loss leaves of it is
+        # recovered the same way.
+        identity_sync.wait()
+        guard = FileLock(os.path.join(tmp, LOCK_FILE), "a session being published")
+        try:
+            guard.try_acquire()  # always free: nobody else knows tmp/
+            if not _rename_unless_taken(tmp, path):
+                return False
+            if self.options.durable:
+                fsio.sync_all(data_files=Session.segment_files(path), files=[], dirs=[parent])
+        finally:
+            guard.close()
+        return True
+
+    def _new_session_dir(self, identity: SessionIdentity) -> tuple[str, fsio.Syncing | None]:
+        """A private directory for a new session, for the caller to write its first
+        commit into and `_publish`: a spare if one is ready, with the sync of its
+        identity file under way, else one built now (and None)."""
         spare = self.spares.take()
         if spare is not None:
             try:
                 Session.fill_spare(spare, identity)
-                return spare, True
+                return spare, fsio.start_sync([], [Session.identity_file(spare)], [])
             except (OSError, JournalError):
                 shutil.rmtree(spare, ignore_errors=True)  # not usable: build one
         tmp = os.path.join(self.root, TMP_DIR, f"new-{uuid.uuid4().hex}")
@@ -509,7 +550,7 @@ class Store:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        return tmp, False
+        return tmp, None
 
     @_guard
     def message_accepted(self, session_id: str, submission_id: str) -> bool:
@@ -628,8 +669,6 @@ class Store:
             return catalog
         except CorruptionError:
             # Derived data: set the damaged catalog aside and rebuild it from the sessions.
-            from . import fsio
-
             broken = os.path.join(self.root, f"catalog.broken.{uuid.uuid4().hex[:8]}")
             fsio.rename(os.path.join(self.root, "catalog"), broken)
             catalog = Catalog(
@@ -694,18 +733,22 @@ class Store:
             if name in pending:
                 continue
             path = os.path.join(self.root, SESSIONS_DIR, name)
+            sid = by_name.get(name)
+            if not os.path.isdir(path):
+                if sid is not None:
+                    records.append(CatalogRecord(OP_DELETE, sid, -1))
+                continue
             try:
                 ident = msgspec.msgpack.decode(
                     read_meta(os.path.join(path, "SESSION"), 2), type=SessionIdentity
                 )
             except (FileNotFoundError, JournalError, msgspec.DecodeError):
-                sid = by_name.get(name)
-                if sid is not None and not os.path.isdir(path):
-                    records.append(CatalogRecord(OP_DELETE, sid, -1))
-                continue
+                continue  # a damaged session is reported by verify, not by listing
             try:
                 sess = self._session(ident.session_id)
-                if sess is None:
+                if sess is None:  # discarded as unfinished, or being deleted
+                    if ident.session_id in self.catalog.summaries:
+                        records.append(CatalogRecord(OP_DELETE, ident.session_id, -1))
                     continue
                 sess.refresh()
                 summary, covered = self._summary_of(sess)
@@ -931,7 +974,6 @@ class Store:
     ) -> SessionSummary:
         """Create a clean child session at an exact durable parent sequence."""
         self._writable("fork")
-        from . import fsio
 
         validate.validate_session_id(parent_session_id, "fork parent session id")
         validate.validate_sequence(parent_sequence, "fork parent sequence")
@@ -960,8 +1002,8 @@ class Store:
             self.registry.note(os.path.basename(path))
             now = int(time.time())
             ident = SessionIdentity(cp.session_id, parent_session_id, parent_sequence, now)
-            tmp, prebuilt = self._new_session_dir(ident)
-            child = Session(tmp, cp.session_id, self.options, private=True)
+            tmp, identity_sync = self._new_session_dir(ident)
+            child = Session(tmp, cp.session_id, self.options, private=ident)
             try:
                 child.save(cp, list(cp.context), None, [], now=now)
                 # The catalog entry comes from the child as built: the published
@@ -970,9 +1012,14 @@ class Store:
             finally:
                 child.close()  # syncs nothing: Session.seal syncs it all
             assert summary is not None
-            Session.seal(tmp, entries_synced=prebuilt)
-            fsio.rename(tmp, path)
-            fsio.sync_dir(os.path.dirname(path))
+            try:
+                published = self._publish(tmp, path, identity_sync)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            if not published:  # another process created it since the check above
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise ContractViolationError(f"session {cp.session_id!r} already exists")
             self.catalog.append([CatalogRecord(OP_UPSERT, cp.session_id, covered, summary)])
             self.spares.refill_soon()
             return summary
@@ -1009,13 +1056,38 @@ class Store:
 
     def _discard_empty(self, session_id: str, sess: Session) -> None:
         """A directory without a committed checkpoint (crash before the first commit)."""
-        from . import fsio
-
         with self._lock:
             self._sessions.pop(session_id, None)
         sess.close()
-        fsio.rename(sess.dir, os.path.join(self.tree.trash, f"empty-{uuid.uuid4().hex}"))
-        fsio.sync_dir(os.path.dirname(sess.dir))
+        self._discard_unfinished(sess.dir)
+
+    def _discard_unfinished(self, path: str) -> None:
+        """Move a session directory whose creation never finished to the trash.
+
+        Under the directory's own write lock, and only if `path` still names the
+        directory found unfinished: whoever else moves it away (another process
+        discarding it too, a delete) holds that lock, so a session published
+        under the same name meanwhile is never the one moved.
+        """
+        if self.read_only:
+            return
+        try:
+            found = os.stat(path)
+        except FileNotFoundError:
+            return
+        guard = FileLock(os.path.join(path, LOCK_FILE), f"unfinished session directory {path}")
+        try:
+            guard.acquire(self.options.lock_timeout)
+            try:
+                if os.stat(path).st_ino != found.st_ino:
+                    return
+            except FileNotFoundError:
+                return
+            fsio.rename(path, os.path.join(self.tree.trash, f"unfinished-{uuid.uuid4().hex}"))
+        finally:
+            guard.close()
+        fsio.sync_dir(os.path.dirname(path))
+        self.tree.empty_trash_soon()
 
     @_guard
     def delete_sessions(self, session_ids: Sequence[str]) -> bool:
@@ -1176,6 +1248,17 @@ class _SummaryFields(msgspec.Struct):
 
 class _MetadataOnly(msgspec.Struct):
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+def _rename_unless_taken(src: str, dst: str) -> bool:
+    """Rename a new session directory into place; False if `dst` exists already."""
+    try:
+        fsio.rename(src, dst)
+    except StorageError:
+        if os.path.isdir(dst):
+            return False
+        raise
+    return True
 
 
 def open_store(root: str | os.PathLike[str], **options: Any) -> Store:

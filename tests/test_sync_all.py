@@ -19,13 +19,13 @@ class _Recording(fsio.FileOps):
     """Real operations, remembering which thread synced what."""
 
     def __init__(self) -> None:
-        self.synced: list[tuple[str, str]] = []
+        self.synced: list[tuple[str, str, str]] = []  # (kind, path, thread name)
         self.threads: set[str] = set()
         self._lock = threading.Lock()
 
     def _note(self, kind: str, path: str) -> None:
         with self._lock:
-            self.synced.append((kind, path))
+            self.synced.append((kind, path, threading.current_thread().name))
             self.threads.add(threading.current_thread().name)
 
     def sync_data(self, fd: int, path: str) -> None:
@@ -41,7 +41,7 @@ class _Recording(fsio.FileOps):
         super().sync_dir(path)
 
 
-def test_every_part_is_synced_off_the_calling_thread(
+def test_the_caller_syncs_one_part_and_the_pool_the_others(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ops = _Recording()
@@ -51,10 +51,42 @@ def test_every_part_is_synced_off_the_calling_thread(
         (tmp_path / "d" / name).write_bytes(b"x" * 100)
     d = str(tmp_path / "d")
     fsio.sync_all(data_files=[f"{d}/seg"], files=[f"{d}/ident"], dirs=[d, str(tmp_path)])
-    assert sorted(ops.synced) == sorted(
+    assert sorted((kind, path) for kind, path, _ in ops.synced) == sorted(
         [("data", f"{d}/seg"), ("file", f"{d}/ident"), ("dir", d), ("dir", str(tmp_path))]
     )
-    assert threading.current_thread().name not in ops.threads
+    me = threading.current_thread().name
+    assert [kind for kind, _, thread in ops.synced if thread == me] == ["data"]
+    assert len({thread for _, _, thread in ops.synced} - {me}) >= 1
+
+
+class _Blocking(_Recording):
+    """Syncs that wait for a go-ahead, to show who waits for them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+
+    def sync_file(self, fd: int, path: str) -> None:
+        assert self.go.wait(30), "never released"
+        super().sync_file(fd, path)
+
+
+def test_start_sync_returns_while_the_sync_runs_and_wait_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ops = _Blocking()
+    monkeypatch.setattr(fsio, "ops", ops)
+    (tmp_path / "ident").write_bytes(b"x")
+    pending = fsio.start_sync([], [str(tmp_path / "ident")], [])
+    assert ops.synced == []  # still blocked in a pool thread, and we are here
+    waiter = threading.Thread(target=pending.wait)
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive(), "wait() returned before the sync ran"
+    ops.go.set()
+    waiter.join(30)
+    assert not waiter.is_alive()
+    assert [(kind, path) for kind, path, _ in ops.synced] == [("file", str(tmp_path / "ident"))]
 
 
 def test_a_failure_is_raised_after_the_others_are_done(
@@ -69,8 +101,9 @@ def test_a_failure_is_raised_after_the_others_are_done(
             files=[str(tmp_path / "missing")],
             dirs=[str(tmp_path)],
         )
-    assert ("data", str(tmp_path / "seg")) in ops.synced
-    assert ("dir", str(tmp_path)) in ops.synced
+    synced = [(kind, path) for kind, path, _ in ops.synced]
+    assert ("data", str(tmp_path / "seg")) in synced
+    assert ("dir", str(tmp_path)) in synced
 
 
 def test_a_recorder_that_cannot_run_concurrently_gets_one_sync_at_a_time(
@@ -85,7 +118,7 @@ def test_a_recorder_that_cannot_run_concurrently_gets_one_sync_at_a_time(
     finally:
         store.close()
     assert ops.threads == {threading.current_thread().name}
-    kinds = [kind for kind, _ in ops.synced]
+    kinds = [kind for kind, _, _ in ops.synced]
     assert kinds.count("data") >= 1 and kinds.count("file") >= 1 and kinds.count("dir") >= 3
 
 

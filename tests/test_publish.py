@@ -1,0 +1,221 @@
+"""Publishing a new session from a spare: the name first, then one round of syncs.
+
+A new session made from a spare directory (first save, fork) is renamed into
+`sessions/` before its first commit is durable; the segment and `sessions/` are
+then synced together, under the new session's write lock (FORMAT.md section 9).
+A power loss in that round can leave a published directory whose log holds no
+complete commit: the store must read that session as absent and clear it away,
+never report it as damage, and let the same id be created again.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faults import recording
+
+import journal
+from journal import Checkpoint, fsio
+from journal.locks import FileLock
+from journal.log import SEGMENT_HEADER_SIZE
+from journal.session import LOCK_FILE, LOG_DIR
+
+
+def _child(sid: str) -> Checkpoint:
+    cp = Checkpoint.empty(sid)
+    cp.context = [{"role": "user", "content": f"context of {sid}"}]
+    return cp
+
+
+def _segment(session_dir: str) -> str:
+    log_dir = os.path.join(session_dir, LOG_DIR)
+    (name,) = [n for n in os.listdir(log_dir) if n.endswith(".seg")]
+    return os.path.join(log_dir, name)
+
+
+def test_the_name_is_published_before_the_first_commit_is_synced(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    with recording(root) as recorder:
+        store = journal.open(root)
+        try:
+            store.save(Checkpoint.empty("parent"))  # builds the first spares (inline here)
+            child_dir = os.path.realpath(store.session_dir("child"))
+            ops: list[tuple[str, str]] = []
+            recorder.hook = lambda op, path: ops.append((op, os.path.realpath(path)))
+            store.fork("parent", 0, _child("child"))
+            recorder.hook = None
+        finally:
+            store.close()
+    renamed = ops.index(("rename", child_dir))
+    identity = [k for k, (op, path) in enumerate(ops) if path.endswith("/SESSION")]
+    segment = ops.index(("sync_data", _segment(child_dir)))
+    parent = ops.index(("sync_dir", os.path.dirname(child_dir)))
+    # the identity file's sync before the rename; the first commit's and the
+    # name's after it (one round), and nothing else synced in between
+    assert ops[identity[-1]][0] == "sync_file" and identity[-1] < renamed
+    assert renamed < segment and renamed < parent
+    assert {op for op, _ in ops[renamed + 1 :]} <= {"sync_data", "sync_dir", "pwrite"}
+
+
+def _images_during(root: str, images: str, call: Any) -> list[str]:
+    """Run `call(store)` while taking crash images (unsynced bytes lost) before every
+    file operation."""
+    out: list[str] = []
+    with recording(root) as recorder:
+        store = journal.open(root)
+        try:
+            store.save(Checkpoint.empty("parent"))
+
+            def snap(op: str, path: str) -> None:
+                # as synced, and as if every rename had reached the disk already
+                # (the syncs after the publishing rename run concurrently: any
+                # of them may finish first)
+                for live_dirs in (False, True):
+                    dest = os.path.join(images, f"img{len(out):03d}")
+                    recorder.crash_image(dest, live_dirs=live_dirs)
+                    out.append(dest)
+
+            recorder.hook = snap
+            call(store)
+            recorder.hook = None
+        finally:
+            store.close()
+    return out
+
+
+@pytest.mark.parametrize("how", ["fork", "first save"])
+def test_power_loss_while_publishing_leaves_the_session_absent_or_whole(
+    tmp_path: Path, how: str
+) -> None:
+    sid = "child"
+
+    def create(store: journal.Store) -> None:
+        if how == "fork":
+            store.fork("parent", 0, _child(sid))
+        else:
+            store.save_with_events(_child(sid), [{"t": 1}], None, [])
+
+    images = _images_during(str(tmp_path / "s"), str(tmp_path / "images"), create)
+    unfinished = 0
+    for image in images:
+        store = journal.open(image, read_only=True)
+        try:
+            name = os.path.basename(store.session_dir(sid))
+        finally:
+            store.close()
+        published = os.path.isdir(os.path.join(image, "sessions", name))
+        store = journal.open(image)
+        try:
+            loaded = store.load(sid)
+            page = store.list_sessions_page(journal.SessionPageRequest(limit=10))
+            listed = [s.session_id for s in page.sessions]
+            if loaded is None:
+                assert store.session_summary(sid) is None
+                assert sid not in listed
+                if published:
+                    unfinished += 1
+                    # moved to the trash, so the id can be created again
+                    assert not os.path.isdir(os.path.join(image, "sessions", name))
+                create(store)
+                assert store.load(sid) is not None
+            else:
+                assert loaded.context == _child(sid).context
+                assert sid in listed
+            assert store.load("parent") is not None
+        finally:
+            store.close()
+        shutil.rmtree(image)
+    assert unfinished > 0, "no image caught a published session without a durable commit"
+
+
+def test_a_session_without_a_complete_commit_reads_as_absent(tmp_path: Path) -> None:
+    """What a power loss in the sync round leaves, made by hand: the first commit cut off."""
+    root = tmp_path / "s"
+    store = journal.open(root)
+    try:
+        store.save_with_events(_child("cut"), [{"t": 1}], None, [])
+        store.save(Checkpoint.empty("kept"))
+        cut_dir = store.session_dir("cut")
+    finally:
+        store.close()
+    with open(_segment(cut_dir), "r+b") as f:
+        f.truncate(SEGMENT_HEADER_SIZE + 20)  # a torn first commit
+    (root / "catalog" / "BOOT").write_text("another boot\n")  # as after the power loss
+
+    reader = journal.open(root, read_only=True)
+    try:
+        assert reader.load("cut") is None
+        assert reader.session_summary("cut") is None
+        assert os.path.isdir(cut_dir), "a read-only store must not move anything"
+    finally:
+        reader.close()
+    store = journal.open(root)
+    try:
+        listed = store.list_sessions_page(journal.SessionPageRequest(limit=10)).sessions
+        assert [s.session_id for s in listed] == ["kept"]
+        assert store.load("cut") is None
+        assert not os.path.exists(cut_dir)
+        assert store.delete_sessions(["cut"]) is False  # absent
+        store.save(Checkpoint.empty("cut"))
+        summary = store.session_summary("cut")
+        assert summary is not None and summary.parent_session_id is None
+    finally:
+        store.close()
+
+
+class _HoldSegmentSync(fsio.FileOps):
+    """Real operations; the sync of one segment waits for a go-ahead."""
+
+    def __init__(self, segment_dir: str) -> None:
+        self.segment_dir = segment_dir
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def sync_data(self, fd: int, path: str) -> None:
+        if os.path.realpath(path).startswith(self.segment_dir + os.sep):
+            self.reached.set()
+            assert self.go.wait(30), "never released"
+        super().sync_data(fd, path)
+
+
+def test_other_writers_wait_until_the_published_session_is_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = journal.open(tmp_path / "s")
+    try:
+        store.save(Checkpoint.empty("parent"))
+        store.spares.wait()
+        child_dir = os.path.realpath(store.session_dir("child"))
+        ops = _HoldSegmentSync(child_dir)
+        monkeypatch.setattr(fsio, "ops", ops)
+        errors: list[BaseException] = []
+
+        def fork() -> None:
+            try:
+                store.fork("parent", 0, _child("child"))
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        forker = threading.Thread(target=fork)
+        forker.start()
+        assert ops.reached.wait(30), "the fork never synced the child's segment"
+        assert os.path.isdir(child_dir)  # published already ...
+        probe = FileLock(os.path.join(child_dir, LOCK_FILE), "probe")
+        try:
+            assert not probe.try_acquire(), "the new session's write lock was free"
+            ops.go.set()
+            forker.join(30)
+            assert not forker.is_alive() and errors == []
+            assert probe.try_acquire(), "the write lock was kept after the fork returned"
+            probe.release()
+        finally:
+            ops.go.set()
+            probe.close()
+        assert store.load("child") is not None
+    finally:
+        store.close()
