@@ -788,7 +788,15 @@ class Session:
         end = self.log.write(b"".join(frames))
         with self._state_lock:
             self._apply(recs, objs)
+            self._extend_view(start, end)
         return end
+
+    def _extend_view(self, start: int, end: int) -> None:
+        """Our own commits, written at `start`, end at `end`: when the last scan had
+        read cleanly up to `start`, readers here need not scan them again (`refresh`
+        then costs a probe at `end`, as after a scan). Caller holds `_state_lock`."""
+        if self.tail_state.tail == "clean" and self.tail_state.end == start:
+            self.tail_state = ScanState(end=end)
 
     def after_commit(self) -> None:
         """Cache upkeep, still under the lock: flush indexes, write a snapshot now and then."""
@@ -1068,7 +1076,7 @@ class Session:
             rules, seq = trial, seq + 1
         if not staged:
             return
-        pos = self.log.writer_end
+        pos = start = self.log.writer_end
         self.log.write(b"".join(data for _, _, data in staged))
         with self._state_lock:
             for req, payload, data in staged:
@@ -1082,6 +1090,7 @@ class Session:
                     event=payload.event,
                     stream_metrics=payload.stream_metrics,
                 )
+            self._extend_view(start, pos)
             head.rules = rules
 
     # ------------------------------------------------------------------ reading

@@ -191,6 +191,42 @@ def test_another_writers_appends_show_up_under_a_warm_cache(tmp_path: Path) -> N
         writer.close()
 
 
+def test_reads_after_our_own_commits_scan_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read after this store's own commit knows where the log ends (no rescan);
+    one after another writer's commit still scans and sees it."""
+    root = tmp_path / "s"
+    store = journal.open(root, durability="os")
+    other = journal.open(root, durability="os")
+    try:
+        _fill(store, "a", 3)
+        request = EventPageRequest(limit=10)
+        store.event_page("a", request)
+        scans: list[int] = []
+        original = Log.committed
+
+        def counting(self: Log, start: int, *args: Any, **kwargs: Any) -> Any:
+            scans.append(start)
+            return original(self, start, *args, **kwargs)
+
+        monkeypatch.setattr(Log, "committed", counting)
+        for n in range(3, 8):  # single appends, a batch of them, and a save
+            store.append_event("a", T0 + n, _event(n))
+            assert _sequences(store.event_page("a", request))[0] == n + 1
+        cp = Checkpoint.empty("a")
+        cp.sequence = 1
+        store.save_with_events(cp, [{"t": 1}], None, [])
+        assert store.load("a") == cp
+        assert scans == [], "a read after our own commit scanned the log again"
+        other.append_event("a", T0 + 99, _event(99))
+        assert _sequences(store.event_page("a", request))[0] == 9
+        assert scans, "another writer's commit must be picked up by a scan"
+    finally:
+        store.close()
+        other.close()
+
+
 def test_recent_executions_read_again_match_an_uncached_store(tmp_path: Path) -> None:
     root = tmp_path / "s"
     cached = journal.open(root, durability="os")
