@@ -580,20 +580,37 @@ class JournalSession:
             c.latest = latest
             c.boundary = (0, latest, _ALL)
 
-        for key, item, _ in self._scan(
+        pending = set() if top else self._pending_at(c, c.boundary)
+        room = need - len(c.keys)  # items still to read
+        nbytes = 0
+        encode = _msgpack_encode
+        for depth, seq, items, hi in self._scan_events(
             c.chain,
             None if top else c.boundary,
-            set() if top else self._pending_at(c, c.boundary),
-            want=need - len(c.keys),
+            pending,
+            want=room,
             on_tomb=lambda d, s, t: tombs.append((d, s, t)),
             on_latest=at_latest if top else None,
         ):
-            got_keys.append(key)
-            got_vals.append(_encode(item))
-            last = key
-            if len(c.keys) + len(got_keys) >= need:
+            for index in range(hi, -1, -1):
+                key = (depth, seq, index)
+                if pending and key in pending:
+                    pending.discard(key)
+                    continue
+                val = encode(items[index])
+                got_keys.append(key)
+                got_vals.append(val)
+                nbytes += len(val)
+                room -= 1
+                if room <= 0:
+                    break
+            if room <= 0:
                 exhausted = False
+                last = got_keys[-1]
                 break
+        else:
+            if got_keys:
+                last = got_keys[-1]
         c.tombs.extend(tombs)
         if last is not None:
             c.boundary = last
@@ -601,7 +618,7 @@ class JournalSession:
         got_vals.reverse()
         c.keys[:0] = got_keys
         c.vals[:0] = got_vals
-        c.nbytes += sum(len(v) for v in got_vals)
+        c.nbytes += nbytes
         if exhausted:
             c.complete = True
         if c.nbytes > self.cache_bytes:
@@ -904,24 +921,54 @@ class JournalSession:
         """Yield (key, item, pending removals below it) for live items, newest first.
 
         `start`: begin below this item (`pending`: the removals still to apply
-        below it). `want` sizes the first event page (from the running
-        items-per-event estimate; the next ones double). `on_latest`: called with the
-        session's latest event sequence as of the first page (`start` None).
-        Strict: a record of ours that does not decode raises `CorruptionError`
-        naming the session and event.
+        below it); the rest as for `_scan_events`.
+        """
+        for depth, seq, items, top in self._scan_events(
+            chain, start, pending, want=want, on_tomb=on_tomb, on_latest=on_latest
+        ):
+            for index in range(top, -1, -1):
+                key = (depth, seq, index)
+                if pending and key in pending:
+                    pending.discard(key)
+                    continue
+                yield key, items[index], tuple(sorted(pending)) if pending else ()
+
+    def _scan_events(
+        self,
+        chain: list[_Segment],
+        start: Key | None,
+        pending: set[Key],
+        *,
+        want: int,
+        on_tomb: Callable[[int, int, Key], object] | None = None,
+        on_latest: Callable[[int], object] | None = None,
+    ) -> Iterator[tuple[int, int, list[Any], int]]:
+        """Yield (depth, sequence, items, top) for item events, newest first: the
+        candidates are `items[top]` down to `items[0]`, less the keys in `pending`
+        (which this adds each tombstone's target to, before the events below it).
+
+        `want` sizes the first event page (from the running items-per-event
+        estimate; the next ones double). `on_latest`: called with the session's
+        latest event sequence as of the first page (`start` None). Strict: a
+        record of ours that does not decode raises `CorruptionError` naming the
+        session and event.
         """
         first_depth = start[0] if start is not None else 0
         batch = max(2, min(1024, math.ceil(want / self._items_per_event) + 1))
         seen_items = seen_events = 0
         for depth in range(first_depth, len(chain)):
             seg = chain[depth]
+            sid = seg.session_id
+            edge, edge_top = -1, 0  # the event of `start`'s item in this segment, its top
             if start is not None and depth == start[0]:
                 before: int | None = start[1] + 1
+                edge, edge_top = start[1], start[2] - 1
             else:
                 before = seg.events + 1 if seg.events is not None else None
+            bound = seg.item_seq
             while True:
                 page = self.store.event_page(
-                    seg.session_id, EventPageRequest(limit=batch, before_sequence=before)
+                    sid, EventPageRequest(limit=batch, before_sequence=before)
                 )
                 if on_latest is not None:
                     on_latest(page.latest_sequence)
@@ -931,25 +978,22 @@ class JournalSession:
                     msg = jev.event.msg
                     kind = msg.get("type")
                     if kind == ITEMS:
-                        items = self._items_of(seg.session_id, seq, msg)
+                        items = msg.get("items")
+                        if type(items) is not list or not items or not _all_dicts(items):
+                            items = self._items_of(sid, seq, msg)  # raises the precise error
                         seen_events += 1
                         seen_items += len(items)
                         top = len(items) - 1
-                        if start is not None and depth == start[0] and seq == start[1]:
-                            top = min(top, start[2] - 1)
-                        if seg.item_seq is not None:
-                            if seq > seg.item_seq:
+                        if seq == edge:
+                            top = min(top, edge_top)
+                        if bound is not None:
+                            if seq > bound:
                                 continue
-                            if seq == seg.item_seq:
+                            if seq == bound:
                                 top = min(top, seg.item_index)
-                        for index in range(top, -1, -1):
-                            key = (depth, seq, index)
-                            if pending and key in pending:
-                                pending.discard(key)
-                                continue
-                            yield key, items[index], tuple(sorted(pending)) if pending else ()
+                        yield depth, seq, items, top
                     elif kind == POP:
-                        target = self._target_of(seg.session_id, seq, msg, depth)
+                        target = self._target_of(sid, seq, msg, depth)
                         pending.add(target)
                         if on_tomb is not None:
                             on_tomb(depth, seq, target)
@@ -1056,6 +1100,13 @@ def _decode_all(vals: list[bytes]) -> list[Any]:
         head = b"\xdd" + n.to_bytes(4, "big")
     out: list[Any] = _msgpack_decode(head + b"".join(vals))
     return out
+
+
+def _all_dicts(items: list[Any]) -> bool:
+    """Whether every item is a plain dict (the common single item checked first)."""
+    if len(items) == 1:
+        return type(items[0]) is dict
+    return all(type(item) is dict for item in items)
 
 
 def _is_count(v: object) -> bool:
