@@ -147,4 +147,8 @@ async def test_a_cold_scan_through_tombstones_pages_geometrically(
     # one is twice as large
     assert [r[1] for r in reads.log if r[0] == "event_page"] == [51, 102]
     oa.drop_caches()
+    reads.log.clear()
     assert contents(await JournalSession("pops", store).get_items()) == live
+    # a whole history is read in pages of at most oa._PAGE_EVENTS events
+    pages = [r[1] for r in reads.log if r[0] == "event_page"]
+    assert pages == [oa._PAGE_EVENTS] * len(pages) and len(pages) == -(-340 // oa._PAGE_EVENTS)

@@ -190,6 +190,14 @@ class _Segment:
 
 _ALL = 1 << 62  # "every item of this event" as an index bound
 
+_PAGE_EVENTS = 128
+"""Most events a scan asks the store for at once. A decoded event is about ten
+objects the garbage collector tracks; a page of 1,024 kept ~10k alive across
+collections, which promoted them to the oldest generation and set off full
+collections (of everything the process holds: the SDK alone is ~150k objects).
+Reading a 2,000-item session with nothing cached, pages of 128 instead of 1,024
+cut the time spent collecting from ~48 ms to ~15 ms per read (mean of 40 reads)."""
+
 
 @dataclass
 class _Cache:
@@ -948,13 +956,13 @@ class JournalSession:
         (which this adds each tombstone's target to, before the events below it).
 
         `want` sizes the first event page (from the running items-per-event
-        estimate; the next ones double). `on_latest`: called with the session's
-        latest event sequence as of the first page (`start` None). Strict: a
-        record of ours that does not decode raises `CorruptionError` naming the
-        session and event.
+        estimate; the next ones double, up to `_PAGE_EVENTS`). `on_latest`:
+        called with the session's latest event sequence as of the first page
+        (`start` None). Strict: a record of ours that does not decode raises
+        `CorruptionError` naming the session and event.
         """
         first_depth = start[0] if start is not None else 0
-        batch = max(2, min(1024, math.ceil(want / self._items_per_event) + 1))
+        batch = max(2, min(_PAGE_EVENTS, math.ceil(want / self._items_per_event) + 1))
         seen_items = seen_events = 0
         for depth in range(first_depth, len(chain)):
             seg = chain[depth]
@@ -1004,7 +1012,7 @@ class JournalSession:
                 before = page.next_before_sequence
                 if before is None:
                     break
-                batch = min(1024, batch * 2)
+                batch = min(_PAGE_EVENTS, batch * 2)
 
     def _items_of(self, session_id: str, seq: int, msg: dict[str, Any]) -> list[Any]:
         items = msg.get("items")
