@@ -50,17 +50,20 @@ class CorruptionError(JournalError):
 
 
 class UnfinishedSessionError(NotFoundError):
-    """A session directory whose creation (first save or fork) never finished.
+    """A session directory whose log holds no complete commit.
 
-    Only a power loss while a new session was being published leaves one: its
-    identity file is unreadable and its log holds no complete commit. The call
-    that created it never returned, so the session does not exist; a writable
-    store moves the directory to the trash when it meets it.
+    A new session is published with its first commit written, and that commit is
+    synced before the call that creates it returns; a power loss in between can
+    leave the directory without it. The store checks such a directory under its
+    lock (`Store._session`): with no complete commit and no damage, the session
+    does not exist (a writable store moves the directory to the trash); damage
+    is reported as `CorruptionError`. `key` identifies the identity file seen.
     """
 
-    def __init__(self, message: str, *, path: str):
+    def __init__(self, message: str, *, path: str, key: tuple[int, int, int] | None):
         super().__init__(f"{message} (directory {path})")
         self.path = path
+        self.key = key
 
 
 class LockTimeoutError(JournalError, TimeoutError):

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import fsio
-from .errors import CorruptionError
+from .errors import CorruptionError, UnfinishedSessionError
 from .index import INDEX_FILES
 from .log import SEGMENT_HEADER_SIZE, ScanState
 from .session import SNAPSHOT_FILE, Session, SessionOptions
@@ -48,6 +48,12 @@ def repair_session(
     except CorruptionError as exc:
         report.refused = f"{exc}; repair does not guess. Export what is readable instead."
         return report
+    except UnfinishedSessionError as exc:
+        report.refused = (
+            f"{exc}: a session whose creation never finished, which the store reads as"
+            " absent (a writable open moves it to the trash); nothing to repair"
+        )
+        return report
     try:
         sess.flock.acquire(lock_timeout)
         try:
@@ -66,6 +72,13 @@ def repair_session(
                     f"damaged record in the newest segment at file offset {state.file_offset}"
                     f" ({state.detail}); commits after it may exist. Run with --cut-at-damage"
                     " to drop everything from there (the dropped bytes are saved aside)."
+                )
+                return report
+            if state.tail in ("torn", "corrupt") and state.end == 0:
+                report.refused = (
+                    f"the damage is in the first commit (file offset {state.file_offset}):"
+                    " cutting there would leave no commit, and the session would read as"
+                    " absent. Restore the file from a copy instead."
                 )
                 return report
             if state.tail in ("torn", "corrupt"):

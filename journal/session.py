@@ -282,12 +282,14 @@ class Session:
         self._open_caches()
         if self.head.commits == 0 and self.damage is None:
             # Every session is published with its first commit written already
-            # (`Store._publish`), so none is seen without one unless a power loss
-            # cut that commit before it was synced.
+            # (`Store._publish`): without one, it is an unfinished creation or
+            # damage, which only a check under the lock tells apart
+            # (`Session.has_commit`, called by `Store._session`).
             self.close()
             raise UnfinishedSessionError(
-                f"session {session_id!r} has no complete commit: its creation never finished",
+                f"session {session_id!r} has no complete commit",
                 path=directory,
+                key=self._identity_key,
             )
 
     # ---------------------------------------------------------------- identity
@@ -369,6 +371,34 @@ class Session:
     def segment_files(directory: str) -> list[str]:
         log_dir = os.path.join(directory, LOG_DIR)
         return [os.path.join(log_dir, n) for n in os.listdir(log_dir) if n.endswith(".seg")]
+
+    @staticmethod
+    def identity_key(directory: str) -> tuple[int, int, int] | None:
+        """What identifies the incarnation of a session directory (see `still_published`)."""
+        return _file_key(os.path.join(directory, IDENTITY_FILE))
+
+    @staticmethod
+    def has_commit(directory: str) -> bool:
+        """Whether the log holds a complete commit, scanned as recovery scans it
+        (call it holding the session's lock). Damage other than a torn tail raises
+        `CorruptionError`."""
+        log = Log(
+            os.path.join(directory, LOG_DIR),
+            KIND_SESSION,
+            segment_bytes=1 << 62,
+            label=f"session directory {directory}",
+        )
+        try:
+            state = ScanState()
+            for _ in log.committed(0, state, strict=True):
+                return True
+            if state.tail == "corrupt":
+                raise CorruptionError(
+                    f"{log.label}: {state.detail}", path=state.path, offset=state.file_offset
+                )
+            return False
+        finally:
+            log.close()
 
     @staticmethod
     def seal(directory: str) -> None:

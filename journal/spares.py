@@ -3,22 +3,25 @@
 Creating a session (first save, fork) used to create two directories and three
 files and sync both directories on its critical path; file creation alone costs
 about 0.35 ms each on some disks. A spare has all of that done, durably, ahead of
-time (`Session.build_spare`): taking one leaves the identity to write in place,
-the first commit, two file syncs and the rename that publishes it.
+time (`Session.build_spare`): taking one leaves the identity to write in place
+(its sync overlaps the first commit's writing), the first commit, and the rename
+that publishes it followed by one round of syncs (`Store._publish`).
 
 A spare is garbage until that rename, like any half-built directory in tmp/:
 a crash leaves it for `Store._clean_tmp`, which removes tmp/ entries older than
 ten minutes. So a spare is used only while it is younger than five: another
 process cannot be removing it under us.
 
-Refills run in one long-lived background thread, woken after a spare is taken.
-With a file-operations recorder that cannot run concurrently (`fsio.ops.concurrent`
-False, the power-loss tests), they run in the calling thread instead, so every
-operation stays in one recorded order.
+Refills run in one background thread, woken after a spare is taken; it exits
+after `IDLE_EXIT` seconds without a request (the next one starts it again).
+With a file-operations recorder that cannot run concurrently
+(`fsio.ops.concurrent` False, the power-loss tests), they run in the calling
+thread instead, so every operation stays in one recorded order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
@@ -31,6 +34,7 @@ from .session import Session
 
 SPARE_PREFIX = "spare-"
 MAX_AGE = 300.0  # seconds; tmp/ cleanup removes entries older than 600
+IDLE_EXIT = 30.0  # seconds without a refill request before the refiller thread exits
 
 
 class SparePool:
@@ -59,7 +63,7 @@ class SparePool:
             with self._lock:
                 if not self._ready:
                     return None
-                path, built = self._ready.pop()
+                path, built = self._ready.pop(0)  # the oldest first: none grows too old
             if time.monotonic() - built < MAX_AGE:
                 return path
             shutil.rmtree(path, ignore_errors=True)  # too old to be sure it is still ours
@@ -86,13 +90,20 @@ class SparePool:
     def _serve(self) -> None:
         while True:
             with self._lock:
-                while not self._wanted and not self._closed:
-                    self._wake.wait()
-                if self._closed:
+                if not self._wanted and not self._closed:
+                    self._wake.wait(IDLE_EXIT)
+                if self._closed or not self._wanted:
+                    # Closed, or idle for a while: exit (a store dropped without
+                    # close() must not keep a thread forever); the next refill
+                    # request starts a new one.
+                    self._refiller = None
+                    self._wake.notify_all()
                     return
                 self._wanted, self._busy = False, True
             try:
-                self._refill()
+                # Best effort: whatever fails, a new session builds its directory itself.
+                with contextlib.suppress(Exception):
+                    self._refill()
             finally:
                 with self._lock:
                     self._busy = False
@@ -120,8 +131,6 @@ class SparePool:
         """Until no refill is asked for or running (benchmarks that must not overlap it)."""
         with self._lock:
             while (self._wanted or self._busy) and self._refiller is not None:
-                if not self._refiller.is_alive():
-                    return
                 self._wake.wait(0.1)
 
     def close(self) -> None:

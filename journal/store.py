@@ -285,26 +285,63 @@ class Store:
             with self._lock:
                 self._sessions.pop(session_id, None)
             sess.close()
-        if not os.path.isdir(path):
-            return None
-        with self._lock:
-            sess = self._sessions.get(session_id)
-            if sess is None:
-                try:
-                    sess = Session(path, session_id, self.options)
-                except UnfinishedSessionError:
-                    unfinished = True
+        for _ in range(8):
+            if not os.path.isdir(path):
+                return None
+            with self._lock:
+                sess = self._sessions.get(session_id)
+                if sess is None:
+                    try:
+                        sess = Session(path, session_id, self.options)
+                    except UnfinishedSessionError as exc:
+                        unfinished = exc
+                    else:
+                        self._sessions[session_id] = sess
+                if sess is not None:
+                    self._pin(session_id, sess)
+                    return sess
+            if not self._settle_unfinished(path, unfinished.key):
+                return None
+        raise JournalError(f"session {session_id!r}: its directory keeps changing ({path})")
+
+    def _settle_unfinished(self, path: str, key: tuple[int, int, int] | None) -> bool:
+        """A session directory without a complete commit: absent (False) or worth
+        opening again (True: it changed meanwhile). Raises `CorruptionError` if
+        its log is damaged rather than unfinished.
+
+        Decided under the directory's write lock, on the same incarnation
+        (`key`), by a scan as recovery does it: a torn or empty first commit is a
+        creation that never finished (FORMAT.md section 9), and a writable store
+        moves the directory to the trash; whoever else moves it (another process
+        doing the same, a delete) holds that lock too. A read-only store only
+        tries the lock: if it is busy, the session is absent for now.
+        """
+        guard = FileLock(os.path.join(path, LOCK_FILE), f"session directory {path}")
+        discarded = False
+        try:
+            try:
+                if self.read_only:
+                    if not guard.try_acquire():
+                        return False
                 else:
-                    unfinished = False
-                    self._sessions[session_id] = sess
-            else:
-                unfinished = False
-            if not unfinished:
-                assert sess is not None
-                self._pin(session_id, sess)
-                return sess
-        self._discard_unfinished(path)
-        return None
+                    guard.acquire(self.options.lock_timeout)
+            except StorageError:
+                if not os.path.isdir(path):
+                    return False  # moved away meanwhile (its lock file with it)
+                raise
+            if Session.identity_key(path) != key:
+                return True  # not the directory found unfinished
+            if Session.has_commit(path):
+                return True
+            if not self.read_only:
+                fsio.rename(path, os.path.join(self.tree.trash, f"unfinished-{uuid.uuid4().hex}"))
+                discarded = True
+        finally:
+            guard.close()
+        if discarded:
+            fsio.sync_dir(os.path.dirname(path))
+            self.tree.empty_trash_soon()
+        return False
 
     def _pin(self, session_id: str, sess: Session) -> None:
         """Mark a session in use by this thread's call and most recently used (lock held)."""
@@ -422,22 +459,22 @@ class Store:
             validate.validate_event(e.event)
         self.registry.note(dir_name(cp.session_id))
         now = int(time.time())
-        sess = self._session(cp.session_id)
-        if sess is not None:
-            return self._save_existing(sess, cp, items, rec, evs, now)
-        journal = self._first_save(cp, items, rec, evs, now)
-        sess = self._session(cp.session_id)
-        assert sess is not None
-        if journal is None:  # another thread or process created the session first
-            return self._save_existing(sess, cp, items, rec, evs, now)
-        # Published by our rename: announce it under the session's lock (see
-        # `_save_existing`), unless a delete already took it away again.
-        try:
-            with sess.locked():
-                self._catalog_upsert(sess, cp.sequence, rec)
-        except NotFoundError:
-            pass  # deleted meanwhile: our save came first, then the delete
-        return journal
+        for _ in range(8):
+            sess = self._session(cp.session_id)
+            if sess is not None:
+                return self._save_existing(sess, cp, items, rec, evs, now)
+            journal = self._first_save(cp, items, rec, evs, now)
+            if journal is None:  # another thread or process created the session first
+                continue
+            # Published by our rename: announce it under the session's lock (see
+            # `_save_existing`), unless a delete already took it away again (then
+            # our save came first, then the delete).
+            sess = self._session(cp.session_id)
+            if sess is not None:
+                with contextlib.suppress(NotFoundError), sess.locked():
+                    self._catalog_upsert(sess, cp.sequence, rec)
+            return journal
+        raise JournalError(f"session {cp.session_id!r}: its directory keeps changing")
 
     def _save_existing(
         self,
@@ -471,10 +508,12 @@ class Store:
     ) -> list[JournalEvent] | None:
         """Create a session with its first commit: built in tmp/, published by one rename.
 
-        A session directory therefore never exists without a committed checkpoint
-        (not after a crash, not after a rejected first save). Returns None, having
-        changed nothing, when the session appeared meanwhile (the caller then saves
-        into it, which enforces the sequence rule against what is there).
+        A session directory is therefore never seen without its first commit
+        written (not after a kill, not after a rejected first save); only a power
+        loss before `_publish` returns can leave it without one (see
+        `_settle_unfinished`). Returns None, having changed nothing, when the
+        session appeared meanwhile (the caller then saves into it, which enforces
+        the sequence rule against what is there).
         """
 
         path = self.session_dir(cp.session_id)
@@ -515,20 +554,20 @@ class Store:
         # A spare: its entries are durable already, and its identity file was
         # synced while the first commit was being written. So the name can come
         # before the first commit is durable, and be synced with it in one round
-        # instead of two: a power loss in that round leaves at worst a session
-        # without a complete commit, which readers treat as never created (and a
-        # writable store discards). The session's write lock, held meanwhile, keeps
-        # other writers out of a session that a power loss could still take away.
-        # In "os" mode nothing more is synced: what a power loss leaves of it is
-        # recovered the same way.
+        # instead of two (in both modes, like every creation): a power loss in
+        # that round leaves at worst a session without a complete commit, which
+        # readers treat as never created (`_settle_unfinished`). The session's
+        # write lock, held meanwhile, keeps other writers out of a session that a
+        # power loss could still take away. If a sync fails, the call fails but
+        # the session stays published: like a commit whose sync failed, it may or
+        # may not survive a power loss.
         identity_sync.wait()
         guard = FileLock(os.path.join(tmp, LOCK_FILE), "a session being published")
         try:
             guard.try_acquire()  # always free: nobody else knows tmp/
             if not _rename_unless_taken(tmp, path):
                 return False
-            if self.options.durable:
-                fsio.sync_all(data_files=Session.segment_files(path), files=[], dirs=[parent])
+            fsio.sync_all(data_files=Session.segment_files(path), files=[], dirs=[parent])
         finally:
             guard.close()
         return True
@@ -993,26 +1032,29 @@ class Store:
                     f" {parent.head.sequence}, parent {parent_session_id!r})"
                 )
             path = self.session_dir(cp.session_id)
-            existing = self._session(cp.session_id)
-            if existing is not None:
-                existing.refresh()
-                if existing.exists:
-                    raise ContractViolationError(f"session {cp.session_id!r} already exists")
-                self._discard_empty(cp.session_id, existing)
+            if self._session(cp.session_id) is not None:
+                raise ContractViolationError(f"session {cp.session_id!r} already exists")
+            # The child must not outlive its fork point: make the parent's commits
+            # written so far durable (a save on it may still be syncing them, here
+            # or in another process; its older segments were synced when sealed)
+            # while the child is built. The parent's directory entry becomes
+            # durable with the child's: both are in sessions/, synced last.
+            parent_sync = fsio.start_sync([parent.log.segments[-1].path], [], [])
             self.registry.note(os.path.basename(path))
             now = int(time.time())
             ident = SessionIdentity(cp.session_id, parent_session_id, parent_sequence, now)
             tmp, identity_sync = self._new_session_dir(ident)
-            child = Session(tmp, cp.session_id, self.options, private=ident)
             try:
-                child.save(cp, list(cp.context), None, [], now=now)
-                # The catalog entry comes from the child as built: the published
-                # directory is opened when something first uses it, not here.
-                summary, covered = self._summary_of(child)
-            finally:
-                child.close()  # syncs nothing: Session.seal syncs it all
-            assert summary is not None
-            try:
+                child = Session(tmp, cp.session_id, self.options, private=ident)
+                try:
+                    child.save(cp, list(cp.context), None, [], now=now)
+                    # The catalog entry comes from the child as built: the published
+                    # directory is opened when something first uses it, not here.
+                    summary, covered = self._summary_of(child)
+                finally:
+                    child.close()  # syncs nothing: `_publish` syncs it all
+                assert summary is not None
+                parent_sync.wait()
                 published = self._publish(tmp, path, identity_sync)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -1053,41 +1095,6 @@ class Store:
         child.context_model_route = source.context_model_route
         child.metadata = dict(source.metadata if metadata is None else metadata)
         return self.fork(parent_session_id, parent_sequence, child)
-
-    def _discard_empty(self, session_id: str, sess: Session) -> None:
-        """A directory without a committed checkpoint (crash before the first commit)."""
-        with self._lock:
-            self._sessions.pop(session_id, None)
-        sess.close()
-        self._discard_unfinished(sess.dir)
-
-    def _discard_unfinished(self, path: str) -> None:
-        """Move a session directory whose creation never finished to the trash.
-
-        Under the directory's own write lock, and only if `path` still names the
-        directory found unfinished: whoever else moves it away (another process
-        discarding it too, a delete) holds that lock, so a session published
-        under the same name meanwhile is never the one moved.
-        """
-        if self.read_only:
-            return
-        try:
-            found = os.stat(path)
-        except FileNotFoundError:
-            return
-        guard = FileLock(os.path.join(path, LOCK_FILE), f"unfinished session directory {path}")
-        try:
-            guard.acquire(self.options.lock_timeout)
-            try:
-                if os.stat(path).st_ino != found.st_ino:
-                    return
-            except FileNotFoundError:
-                return
-            fsio.rename(path, os.path.join(self.tree.trash, f"unfinished-{uuid.uuid4().hex}"))
-        finally:
-            guard.close()
-        fsio.sync_dir(os.path.dirname(path))
-        self.tree.empty_trash_soon()
 
     @_guard
     def delete_sessions(self, session_ids: Sequence[str]) -> bool:

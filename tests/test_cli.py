@@ -16,6 +16,7 @@ import pytest
 import journal
 from journal import Checkpoint, Event, EventPageRequest, TimestampedEvent, TranscriptPageRequest
 from journal.cli import render_docs
+from journal.log import SEGMENT_HEADER_SIZE
 from journal.naming import dir_name
 
 REPO = Path(__file__).resolve().parent.parent
@@ -426,3 +427,39 @@ def test_repair_cut_also_corrects_the_catalog(tmp_path: Path) -> None:
     finally:
         store.close()
     run(root, "verify")
+
+
+def test_repair_refuses_a_cut_that_would_leave_no_commit(tmp_path: Path) -> None:
+    """Cutting at damage in the first commit would make the session read as absent
+    (and a writable open would trash it with the bytes saved aside): refuse."""
+    root = tmp_path / "s"
+    store = journal.open(root)
+    for seq in range(3):
+        _save(store, "first", seq, seq + 1)
+    store.close()
+    session_dir = root / "sessions" / dir_name("first")
+    for cache in session_dir.iterdir():
+        if cache.name not in ("SESSION", "LOCK", "log"):
+            cache.unlink()
+    seg = next((session_dir / "log").iterdir())
+    data = bytearray(seg.read_bytes())
+    data[40] ^= 0xFF  # inside the first record
+    seg.write_bytes(bytes(data))
+    proc = run(root, "repair", "first", "--cut-at-damage", check_code=1)
+    assert "refused" in proc.stdout and "first commit" in proc.stdout
+    assert seg.read_bytes() == bytes(data)  # nothing changed
+    assert sorted(p.name for p in session_dir.iterdir()) == ["LOCK", "SESSION", "log"]
+
+
+def test_export_refuses_a_session_without_a_complete_commit(tmp_path: Path) -> None:
+    """What a power loss leaves of a creation that never finished is no session."""
+    root = tmp_path / "s"
+    store = journal.open(root)
+    _save(store, "cut", 0, 1)
+    store.close()
+    seg = next((root / "sessions" / dir_name("cut") / "log").iterdir())
+    with open(seg, "r+b") as f:
+        f.truncate(SEGMENT_HEADER_SIZE + 10)  # the segment header and a torn first record
+    proc = run(root, "export", "cut", "-o", str(tmp_path / "b.jbundle"), check_code=None)
+    assert proc.returncode != 0 and "does not exist" in proc.stderr
+    assert not (tmp_path / "b.jbundle").exists()

@@ -219,3 +219,158 @@ def test_other_writers_wait_until_the_published_session_is_durable(
         assert store.load("child") is not None
     finally:
         store.close()
+
+
+def _first_commit_damaged_with_data_after(root: Path) -> str:
+    """A session whose first record fails its checksum, with committed data after it."""
+    store = journal.open(root)
+    try:
+        store.save(_child("hurt"))
+        store.append_event("hurt", 1, journal.Event(msg={"type": "warning", "message": "x"}))
+        directory = store.session_dir("hurt")
+    finally:
+        store.close()
+    for name in os.listdir(directory):  # no caches: opening must read the log
+        if name not in ("SESSION", "LOCK", LOG_DIR):
+            os.unlink(os.path.join(directory, name))
+    segment = _segment(directory)
+    with open(segment, "r+b") as f:
+        f.seek(SEGMENT_HEADER_SIZE + 12)  # inside the first record's payload
+        byte = f.read(1)
+        f.seek(SEGMENT_HEADER_SIZE + 12)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    return directory
+
+
+@pytest.mark.parametrize("lock_held", [False, True])
+def test_damage_in_the_first_commit_is_reported_never_discarded(
+    tmp_path: Path, lock_held: bool
+) -> None:
+    """No complete commit can also mean damage: with data after it, that is an error.
+
+    With the session's lock held elsewhere, opening cannot classify the bytes;
+    the store must then wait for the lock and check, not guess "unfinished"
+    (found by review: the session was moved to the trash).
+    """
+    root = tmp_path / "s"
+    directory = _first_commit_damaged_with_data_after(root)
+    holder = FileLock(os.path.join(directory, LOCK_FILE), "a writer elsewhere")
+    if lock_held:
+        assert holder.try_acquire()
+        threading.Timer(0.3, holder.release).start()
+    store = journal.open(root, lock_timeout=30)
+    try:
+        with pytest.raises(journal.CorruptionError):
+            store.load("hurt")
+        with pytest.raises(journal.CorruptionError):
+            store.save(Checkpoint.empty("hurt"))
+    finally:
+        store.close()
+        holder.close()
+    assert os.path.isdir(directory)
+    assert os.listdir(root / "trash") == []
+
+
+def _cut_first_commit(root: Path, sid: str) -> str:
+    store = journal.open(root)
+    try:
+        store.save(_child(sid))
+        directory = store.session_dir(sid)
+    finally:
+        store.close()
+    with open(_segment(directory), "r+b") as f:
+        f.truncate(SEGMENT_HEADER_SIZE + 20)
+    return directory
+
+
+def test_a_directory_replaced_meanwhile_is_not_the_one_discarded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between finding a directory unfinished and locking it, another process may
+    discard it and create the session anew: that new session must survive."""
+    root = tmp_path / "s"
+    directory = _cut_first_commit(root, "a")
+    other = tmp_path / "other"
+    maker = journal.open(other)
+    try:
+        maker.save(_child("a"))
+        fresh = maker.session_dir("a")
+    finally:
+        maker.close()
+    original = journal.Store._settle_unfinished
+    swapped: list[bool] = []
+
+    def swap_first(self: journal.Store, path: str, key: Any) -> bool:
+        if not swapped:  # what the other process does first
+            swapped.append(True)
+            os.rename(path, str(tmp_path / "gone"))
+            os.rename(fresh, path)
+        return original(self, path, key)
+
+    monkeypatch.setattr(journal.Store, "_settle_unfinished", swap_first)
+    store = journal.open(root)
+    try:
+        loaded = store.load("a")
+        assert loaded is not None and loaded.context == _child("a").context
+        assert swapped and os.path.isdir(directory)
+    finally:
+        store.close()
+
+
+def test_a_directory_discarded_meanwhile_by_another_process_is_just_absent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "s"
+    directory = _cut_first_commit(root, "a")
+    original = journal.Store._settle_unfinished
+
+    def moved_first(self: journal.Store, path: str, key: Any) -> bool:
+        if os.path.isdir(path):  # another process discards it first
+            os.rename(path, str(tmp_path / "elsewhere"))
+        return original(self, path, key)
+
+    monkeypatch.setattr(journal.Store, "_settle_unfinished", moved_first)
+    store = journal.open(root)
+    try:
+        assert store.load("a") is None
+        store.save(_child("a"))  # and the id can be created again
+        assert store.load("a") is not None and os.path.isdir(directory)
+    finally:
+        store.close()
+
+
+def test_fork_makes_the_parents_newest_commits_durable_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child must not outlive its fork point after a power loss."""
+
+    class Recording(fsio.FileOps):
+        def __init__(self) -> None:
+            self.ops: list[tuple[str, str]] = []
+
+        def sync_data(self, fd: int, path: str) -> None:
+            self.ops.append(("sync_data", os.path.realpath(path)))
+            super().sync_data(fd, path)
+
+        def rename(self, src: str, dst: str) -> None:
+            self.ops.append(("rename", os.path.realpath(dst)))
+            super().rename(src, dst)
+
+    store = journal.open(tmp_path / "s", durability="os")  # saves themselves unsynced
+    try:
+        for seq in range(3):
+            cp = _child("parent")
+            cp.sequence = seq
+            store.save(cp)
+        store.spares.wait()
+        parent_segment = os.path.realpath(_segment(store.session_dir("parent")))
+        child_dir = os.path.realpath(store.session_dir("child"))
+        recording = Recording()
+        monkeypatch.setattr(fsio, "ops", recording)
+        store.fork("parent", 2, _child("child"))
+    finally:
+        store.close()
+    assert ("sync_data", parent_segment) in recording.ops
+    assert recording.ops.index(("sync_data", parent_segment)) < recording.ops.index(
+        ("rename", child_dir)
+    )

@@ -93,3 +93,28 @@ def test_a_spare_holds_no_identity_until_it_is_used(
         assert not (root / "sessions" / name).exists()
     listed = store.list_sessions_page(journal.SessionPageRequest(limit=10)).sessions
     assert [s.session_id for s in listed] == ["first"]
+
+
+def test_the_refiller_thread_exits_when_idle_and_comes_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store dropped without close() must not keep a parked thread forever."""
+    import threading
+    import time
+
+    monkeypatch.setattr(spares, "IDLE_EXIT", 0.05)
+    store = journal.open(tmp_path / "s")
+    try:
+        store.save(Checkpoint.empty("first"))
+        store.spares.wait()
+        deadline = time.monotonic() + 30
+        while any(t.name == "journal-spares" for t in threading.enumerate()):
+            assert time.monotonic() < deadline, "the idle refiller never exited"
+            time.sleep(0.01)
+        ready = set(_spares_on_disk(tmp_path / "s"))
+        store.save(Checkpoint.empty("second"))  # takes a spare, wakes a new refiller
+        store.spares.wait()
+        assert len(_spares_on_disk(tmp_path / "s")) == store.spares.target
+        assert set(_spares_on_disk(tmp_path / "s")) != ready
+    finally:
+        store.close()
