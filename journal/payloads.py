@@ -45,7 +45,7 @@ class ExecutionPayload(msgspec.Struct, array_like=True):
     record: ExecutionRecord
 
 
-class EventPayload(msgspec.Struct, array_like=True):
+class EventPayload(msgspec.Struct, array_like=True, gc=False):  # see types.Event
     sequence: int
     recorded_at_ms: int
     event: Event

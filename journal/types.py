@@ -143,10 +143,15 @@ class ExecutionRecord(msgspec.Struct, kw_only=True):
     usage: TokenUsage = msgspec.field(default_factory=TokenUsage)
 
 
-class Event(msgspec.Struct, kw_only=True, omit_defaults=True):
+class Event(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     """A protocol event; `msg` is an `EventMsg` object tagged by its "type" key.
 
     `submission_id` is left out of the JSON when it is None, as in mobius.
+
+    Events, `JournalEvent`s and `StreamMetrics` are not tracked by Python's cycle
+    collector (msgspec `gc=False`): pages create thousands of them, and tracking
+    them made collections cost more than decoding. They hold JSON trees, which
+    cannot form cycles; do not put an event inside its own `msg`.
     """
 
     submission_id: str | None = None
@@ -168,7 +173,7 @@ class TimestampedEvent(msgspec.Struct, kw_only=True):
     event: Event
 
 
-class StreamMetrics(msgspec.Struct, kw_only=True):
+class StreamMetrics(msgspec.Struct, kw_only=True, gc=False):
     """Delivery metrics of one text stream ("reasoning", "commentary", "final_answer")."""
 
     phase: str
@@ -179,7 +184,7 @@ class StreamMetrics(msgspec.Struct, kw_only=True):
     longest_gap_ms: int
 
 
-class JournalEvent(msgspec.Struct, kw_only=True):
+class JournalEvent(msgspec.Struct, kw_only=True, gc=False):
     """An event as stored: a session-local sequence (from 1) and the record time."""
 
     sequence: int

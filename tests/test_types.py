@@ -487,3 +487,21 @@ def test_session_summary_root_has_no_parent() -> None:
 def test_wrong_field_type_is_rejected_on_decode() -> None:
     with pytest.raises(msgspec.ValidationError, match="sequence"):
         decode({**CHECKPOINT_V20, "sequence": "5"}, Checkpoint)
+
+
+def test_events_of_a_page_are_not_tracked_by_the_cycle_collector(tmp_path: Any) -> None:
+    """Pages create many events; tracking them made collections cost more than
+    decoding (see `journal.types.Event`)."""
+    import gc
+
+    import journal
+
+    store = journal.open(tmp_path / "s", durability="os", read_cache_bytes=0)
+    try:
+        store.save(journal.Checkpoint.empty("a"))
+        store.append_event("a", 1, journal.Event(msg={"type": "warning", "message": "m"}))
+        (ev,) = store.event_page("a", journal.EventPageRequest(limit=5)).events
+        assert not gc.is_tracked(ev) and not gc.is_tracked(ev.event)
+        assert ev.event.msg == {"type": "warning", "message": "m"}
+    finally:
+        store.close()
