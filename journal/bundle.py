@@ -108,16 +108,6 @@ def _session_files(directory: str) -> tuple[SessionIdentity, list[tuple[str, int
     return ident, files, state
 
 
-def _holds_a_commit(directory: str) -> bool:
-    from .inspect import open_log
-
-    log = open_log(directory)
-    try:
-        return any(True for _ in log.committed(0, ScanState(), strict=False))
-    finally:
-        log.close()
-
-
 def export_sessions(
     root: str,
     session_ids: list[str],
@@ -134,8 +124,9 @@ def export_sessions(
         if sid in chosen:
             continue
         directory = os.path.join(sessions_root, dir_name(sid))
-        if not os.path.isdir(directory) or not _holds_a_commit(directory):
-            # (no complete commit: a creation a power loss cut short, absent to the store)
+        # Without a complete commit: a creation a power loss cut short, absent to the
+        # store (damage there raises CorruptionError, as for the store).
+        if not os.path.isdir(directory) or not Session.has_commit(directory):
             raise NotFoundError(f"session {sid!r} does not exist in {root}")
         chosen.append(sid)
         if with_ancestors:

@@ -257,6 +257,8 @@ class Session:
         self._appends_cv = threading.Condition(threading.Lock())
         self._last_batch = 1
         self.users = 0  # calls using this object now (the store's cache never closes those)
+        self.retired = False  # dropped from the store's cache: the last user closes it
+        self.closed = False
         self._dead_epoch: int | None = None  # an epoch whose items `compact` dropped
         self._state_lock = threading.RLock()
         self.indexes = {
@@ -1379,6 +1381,9 @@ class Session:
         return cp
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         self._trim_on_close()
         self.log.close()
         for idx in self.indexes.values():

@@ -129,8 +129,12 @@ class SparePool:
 
     def wait(self) -> None:
         """Until no refill is asked for or running (benchmarks that must not overlap it)."""
+        if os.getpid() != self._pid:
+            return  # a forked child: the refiller thread is its parent's
         with self._lock:
             while (self._wanted or self._busy) and self._refiller is not None:
+                if not self._refiller.is_alive():
+                    return
                 self._wake.wait(0.1)
 
     def close(self) -> None:

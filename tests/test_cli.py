@@ -463,3 +463,20 @@ def test_export_refuses_a_session_without_a_complete_commit(tmp_path: Path) -> N
     proc = run(root, "export", "cut", "-o", str(tmp_path / "b.jbundle"), check_code=None)
     assert proc.returncode != 0 and "does not exist" in proc.stderr
     assert not (tmp_path / "b.jbundle").exists()
+
+
+def test_export_reports_damage_in_a_first_commit_as_damage(tmp_path: Path) -> None:
+    """No complete commit because of damage (data after it) is not "does not exist"."""
+    root = tmp_path / "s"
+    store = journal.open(root)
+    for seq in range(3):
+        _save(store, "hurt", seq, seq + 1)
+    store.close()
+    session_dir = root / "sessions" / dir_name("hurt")
+    seg = next((session_dir / "log").iterdir())
+    data = bytearray(seg.read_bytes())
+    data[SEGMENT_HEADER_SIZE + 8] ^= 0xFF  # the first record's type byte
+    seg.write_bytes(bytes(data))
+    proc = run(root, "export", "hurt", "-o", str(tmp_path / "b.jbundle"), check_code=None)
+    assert proc.returncode != 0
+    assert "does not exist" not in proc.stderr and "fails its checksum" in proc.stderr

@@ -168,30 +168,36 @@ def test_a_session_without_a_complete_commit_reads_as_absent(tmp_path: Path) -> 
         store.close()
 
 
-class _HoldSegmentSync(fsio.FileOps):
-    """Real operations; the sync of one segment waits for a go-ahead."""
+class _HoldPublishingSync(fsio.FileOps):
+    """Real operations; the sync of `sessions/` (after the publishing rename, in
+    both ways of creating a session) waits for a go-ahead."""
 
-    def __init__(self, segment_dir: str) -> None:
-        self.segment_dir = segment_dir
+    def __init__(self, sessions_dir: str) -> None:
+        self.sessions_dir = sessions_dir
         self.reached = threading.Event()
         self.go = threading.Event()
 
-    def sync_data(self, fd: int, path: str) -> None:
-        if os.path.realpath(path).startswith(self.segment_dir + os.sep):
+    def sync_dir(self, path: str) -> None:
+        if os.path.realpath(path) == self.sessions_dir:
             self.reached.set()
             assert self.go.wait(30), "never released"
-        super().sync_data(fd, path)
+        super().sync_dir(path)
 
 
+@pytest.mark.parametrize("spare", [True, False])
 def test_other_writers_wait_until_the_published_session_is_durable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spare: bool
 ) -> None:
     store = journal.open(tmp_path / "s")
     try:
         store.save(Checkpoint.empty("parent"))
         store.spares.wait()
+        if not spare:  # the directory is built on the spot (first creation, no spare)
+            monkeypatch.setattr(store.spares, "target", 0)
+            while (ready := store.spares.take()) is not None:
+                shutil.rmtree(ready)
         child_dir = os.path.realpath(store.session_dir("child"))
-        ops = _HoldSegmentSync(child_dir)
+        ops = _HoldPublishingSync(os.path.dirname(child_dir))
         monkeypatch.setattr(fsio, "ops", ops)
         errors: list[BaseException] = []
 
@@ -203,7 +209,7 @@ def test_other_writers_wait_until_the_published_session_is_durable(
 
         forker = threading.Thread(target=fork)
         forker.start()
-        assert ops.reached.wait(30), "the fork never synced the child's segment"
+        assert ops.reached.wait(30), "the fork never synced sessions/"
         assert os.path.isdir(child_dir)  # published already ...
         probe = FileLock(os.path.join(child_dir, LOCK_FILE), "probe")
         try:
@@ -374,3 +380,81 @@ def test_fork_makes_the_parents_newest_commits_durable_first(
     assert recording.ops.index(("sync_data", parent_segment)) < recording.ops.index(
         ("rename", child_dir)
     )
+
+
+def test_a_session_in_use_is_not_closed_under_its_caller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call holding a session whose directory is deleted and created anew meanwhile
+    (by another process) must keep its own files: closing them under it let a
+    reused descriptor number make its lock "acquire" (and write its holder line
+    into) the new incarnation's segment (found by a stress test in review)."""
+    root = tmp_path / "s"
+    store, other = journal.open(root), journal.open(root)  # `other`: another process
+    try:
+        store.save(Checkpoint.empty("x"))
+        reached, go = threading.Event(), threading.Event()
+        fds: list[int] = []
+        original = FileLock._try_lock
+
+        def paused(self: FileLock, fd: int) -> bool:
+            if threading.current_thread().name == "writer" and not go.is_set():
+                fds.append(fd)
+                reached.set()
+                assert go.wait(30)
+            return original(self, fd)
+
+        monkeypatch.setattr(FileLock, "_try_lock", paused)
+        errors: list[BaseException] = []
+
+        def write() -> None:
+            cp = Checkpoint.empty("x")
+            cp.sequence = 1
+            try:
+                store.save(cp)
+            except BaseException as exc:  # checked below
+                errors.append(exc)
+
+        writer = threading.Thread(target=write, name="writer")
+        writer.start()
+        assert reached.wait(30)
+        other.delete_sessions(["x"])
+        other.save(Checkpoint.empty("x"))
+        fresh = store.load("x")  # finds the new incarnation: the old one is in use
+        assert fresh is not None and fresh.sequence == 0
+        target = os.readlink(f"/proc/self/fd/{fds[0]}") if os.path.isdir("/proc/self/fd") else ""
+        go.set()
+        writer.join(30)
+        assert target == "" or os.path.basename(target).startswith(LOCK_FILE)
+        assert len(errors) == 1 and isinstance(errors[0], journal.NotFoundError)
+    finally:
+        go.set()
+        store.close()
+        other.close()
+    session_dir = root / "sessions" / os.path.basename(store.session_dir("x"))
+    with open(_segment(str(session_dir)), "rb") as f:
+        assert f.read(8) == b"JRNLSEG\x00"
+    reopened = journal.open(root)
+    try:
+        loaded = reopened.load("x")
+        assert loaded is not None and loaded.sequence == 0
+    finally:
+        reopened.close()
+
+
+def test_a_session_with_a_damaged_first_commit_can_be_deleted(tmp_path: Path) -> None:
+    """Reads report the damage; delete_sessions is the way to get rid of it (and
+    frees the id)."""
+    root = tmp_path / "s"
+    directory = _first_commit_damaged_with_data_after(root)
+    store = journal.open(root)
+    try:
+        with pytest.raises(journal.CorruptionError):
+            store.load("hurt")
+        assert store.delete_sessions(["hurt"]) is True
+        assert not os.path.exists(directory)
+        assert store.load("hurt") is None
+        store.save(Checkpoint.empty("hurt"))
+        assert store.load("hurt") is not None
+    finally:
+        store.close()

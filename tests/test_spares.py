@@ -118,3 +118,46 @@ def test_the_refiller_thread_exits_when_idle_and_comes_back(
         assert set(_spares_on_disk(tmp_path / "s")) != ready
     finally:
         store.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_wait_returns_in_a_process_forked_during_a_refill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refiller thread does not exist in a forked child: waiting for it must not hang."""
+    import signal
+    import threading
+    import time
+
+    from journal.session import Session
+
+    started = threading.Event()
+    real_build = Session.build_spare
+
+    def slow_build(directory: str) -> None:
+        started.set()
+        time.sleep(0.5)
+        real_build(directory)
+
+    monkeypatch.setattr(Session, "build_spare", staticmethod(slow_build))
+    store = journal.open(tmp_path / "s")
+    try:
+        store.save(Checkpoint.empty("first"))  # wakes the refiller
+        assert started.wait(30)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            store.spares.wait()
+            os._exit(0)
+        deadline = time.monotonic() + 20
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                pytest.fail("wait() hung in a forked child")
+            time.sleep(0.01)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        store.close()
