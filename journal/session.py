@@ -735,7 +735,11 @@ class Session:
     def locked(self) -> Iterator[None]:
         """The session's write locks, without preparing to write (no scan, no writer)."""
         with self._write_lock:
-            self.flock.acquire(self.options.lock_timeout)
+            try:
+                self.flock.acquire(self.options.lock_timeout)
+            except StorageError:
+                self._check_still_published()  # a delete moved the directory (lock file) away
+                raise
             try:
                 self._check_still_published()
                 yield

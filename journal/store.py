@@ -296,6 +296,10 @@ class Store:
                         sess = Session(path, session_id, self.options)
                     except UnfinishedSessionError as exc:
                         unfinished = exc
+                    except (CorruptionError, StorageError):
+                        if os.path.isdir(path):
+                            raise
+                        return None  # deleted while we opened it: files "missing"
                     else:
                         self._sessions[session_id] = sess
                 if sess is not None:

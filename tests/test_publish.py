@@ -458,3 +458,43 @@ def test_a_session_with_a_damaged_first_commit_can_be_deleted(tmp_path: Path) ->
         assert store.load("hurt") is not None
     finally:
         store.close()
+
+
+def test_a_session_deleted_while_being_opened_or_locked_is_just_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's delete can move a directory away at any moment: between
+    finding it and reading its identity, or before its lock file is opened. That
+    is "not found", never damage or a storage failure (found by a stress test)."""
+    from journal.session import Session, SessionOptions
+
+    root = tmp_path / "s"
+    store = journal.open(root)
+    try:
+        store.save(Checkpoint.empty("a"))
+        store.save(Checkpoint.empty("b"))
+        path_a, path_b = store.session_dir("a"), store.session_dir("b")
+    finally:
+        store.close()
+
+    sess = Session(path_b, "b", SessionOptions())
+    try:
+        os.rename(path_b, str(tmp_path / "moved-away"))
+        with pytest.raises(journal.NotFoundError), sess.locked():
+            pass
+    finally:
+        sess.close()
+
+    original = Session._read_identity
+
+    def vanish_first(self: Session) -> Any:
+        if os.path.isdir(path_a):
+            os.rename(path_a, str(tmp_path / "deleted"))
+        return original(self)
+
+    monkeypatch.setattr(Session, "_read_identity", vanish_first)
+    store = journal.open(root)
+    try:
+        assert store.load("a") is None
+    finally:
+        store.close()
