@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import os
 import random
+import signal
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -354,3 +356,19 @@ def observe(
     for scope, key in state_keys:
         out[f"state:{scope}:{key}"] = store.load_state(scope, key)
     return out
+
+
+def exit_code_of_child(pid: int, *, seconds: float, hung: str) -> int:
+    """Wait for a forked child; kill it and fail with `hung` if it takes too long."""
+    import pytest
+
+    deadline = time.monotonic() + seconds
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(hung)
+        time.sleep(0.01)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from faults import exit_code_of_child
 
 import journal
 from journal import Checkpoint, EventPageRequest, spares
@@ -125,7 +126,6 @@ def test_wait_returns_in_a_process_forked_during_a_refill(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The refiller thread does not exist in a forked child: waiting for it must not hang."""
-    import signal
     import threading
     import time
 
@@ -148,16 +148,6 @@ def test_wait_returns_in_a_process_forked_during_a_refill(
         if pid == 0:  # pragma: no cover - the child
             store.spares.wait()
             os._exit(0)
-        deadline = time.monotonic() + 20
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() > deadline:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                pytest.fail("wait() hung in a forked child")
-            time.sleep(0.01)
-        assert os.waitstatus_to_exitcode(status) == 0
+        assert exit_code_of_child(pid, seconds=20, hung="wait() hung in a forked child") == 0
     finally:
         store.close()

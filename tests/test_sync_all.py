@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
+from faults import exit_code_of_child
 
 import journal
 from journal import Checkpoint, StorageError, fsio
@@ -137,17 +136,8 @@ def test_a_forked_child_creates_sessions(tmp_path: Path) -> None:
                 child.close()
             finally:
                 os._exit(0 if journal.open(root, read_only=True).load("child-made") else 1)
-        deadline = time.monotonic() + 60
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() > deadline:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                pytest.fail("the forked child hung creating a session")
-            time.sleep(0.01)
-        assert os.waitstatus_to_exitcode(status) == 0
+        hung = "the forked child hung creating a session"
+        assert exit_code_of_child(pid, seconds=60, hung=hung) == 0
         assert store.session_summary("child-made") is not None
         store.save(Checkpoint.empty("parent-again"))  # and the parent's pool still works
     finally:
