@@ -906,12 +906,15 @@ class Log:
                 os.close(w.fd)
 
     def close(self) -> None:
-        self.close_writer()
-        with self._fd_lock:
-            for fd in [*self._fds.values(), *self._retired]:
-                os.close(fd)
-            self._fds.clear()
-            self._retired.clear()
+        """Close every descriptor, even when the writer's last sync fails (then raise it)."""
+        try:
+            self.close_writer()
+        finally:
+            with self._fd_lock:
+                for fd in [*self._fds.values(), *self._retired]:
+                    os.close(fd)
+                self._fds.clear()
+                self._retired.clear()
 
 
 def _create_segment_file(

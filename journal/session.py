@@ -1385,14 +1385,17 @@ class Session:
         return cp
 
     def close(self) -> None:
+        """Release every file; a failing last sync (raised) still releases the rest."""
         if self.closed:
             return
         self.closed = True
-        self._trim_on_close()
-        self.log.close()
-        for idx in self.indexes.values():
-            idx.close()
-        self.flock.close()
+        try:
+            self._trim_on_close()
+            self.log.close()
+        finally:
+            for idx in self.indexes.values():
+                idx.close()
+            self.flock.close()
 
     def _trim_on_close(self) -> None:
         """Give back the preallocated tail if we wrote last (never waits for a lock)."""
@@ -1418,8 +1421,10 @@ def _file_key(path: str) -> tuple[int, int, int] | None:
     """(device, inode, change time) of a file, None if it is missing."""
     try:
         st = os.stat(path)
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as exc:  # not "deleted": the caller must not say so
+        raise StorageError(f"cannot stat {path}: {exc.strerror}") from exc
     return (st.st_dev, st.st_ino, st.st_ctime_ns)
 
 

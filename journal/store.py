@@ -291,6 +291,8 @@ class Store:
                 return None
             with self._lock:
                 sess = self._sessions.get(session_id)
+                if self._closed:
+                    raise JournalError("store is closed")
                 if sess is None:
                     try:
                         sess = Session(path, session_id, self.options)
@@ -372,8 +374,7 @@ class Store:
                         del self._sessions[sid]
                         closing.append(sess)
                         excess -= 1
-        for sess in closing:
-            sess.close()
+        _close_quietly(closing)
 
     def _retire(self, dropped: Sequence[Session | None]) -> None:
         """Close sessions just dropped from the cache, unless a call is using one:
@@ -390,8 +391,7 @@ class Store:
                     sess.retired = True
                 else:
                     closing.append(sess)
-        for sess in closing:
-            sess.close()
+        _close_quietly(closing)
 
     def _read(self, session_id: str, fn: Callable[[Session], T], absent: Callable[[], T]) -> T:
         """Run a read on a session's current state; `absent()` answers for a missing session.
@@ -1235,13 +1235,16 @@ class Store:
             self.tree.empty_trash()
 
     # --------------------------------------------------------------- lifecycle
+    @_guard
     def flush(self) -> None:
         """Write every open session's caches (indexes, snapshot). Never needed for safety."""
         if self.read_only:
             return
         with self._lock:
-            sessions = list(self._sessions.values())
-        for sess in sessions:
+            sessions = list(self._sessions.items())
+            for sid, sess in sessions:
+                self._pin(sid, sess)  # nobody closes them under us
+        for _, sess in sessions:
             if sess.caches_current():
                 continue  # nothing to write: no lock, no recovery scan
             try:
@@ -1259,8 +1262,7 @@ class Store:
             sessions = list(self._sessions.values())
             self._sessions.clear()
             self._closed = True
-        for sess in sessions:
-            sess.close()
+        self._retire(sessions)  # those a call still uses are closed when it ends
         self.spares.close()
         self.catalog.close()
         self.tree.close()
@@ -1283,6 +1285,15 @@ class _SummaryFields(msgspec.Struct):
 
 class _MetadataOnly(msgspec.Struct):
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+def _close_quietly(sessions: Sequence[Session]) -> None:
+    """Close sessions the cache dropped, each on its own: a failure here (the last
+    sync of an "os"-mode writer: every "fsync"-mode commit was synced already) must
+    not fail the unrelated call that happened to drop them, nor keep the others open."""
+    for sess in sessions:
+        with contextlib.suppress(JournalError, OSError):
+            sess.close()
 
 
 def _rename_unless_taken(src: str, dst: str) -> bool:

@@ -498,3 +498,100 @@ def test_a_session_deleted_while_being_opened_or_locked_is_just_gone(
         assert store.load("a") is None
     finally:
         store.close()
+
+
+def test_flush_keeps_the_sessions_it_writes_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another thread's call may push a session out of the cache while flush() is
+    writing its caches under its lock: it must not be closed under flush (review)."""
+    from journal.session import Session
+
+    store = journal.open(tmp_path / "s", max_open_sessions=1)
+    try:
+        store.save(_child("a"))
+        inside, go_on = threading.Event(), threading.Event()
+        seen: dict[str, bool] = {}
+        original = Session.flush_caches
+
+        def slow_flush(self: Session) -> None:
+            inside.set()
+            assert go_on.wait(30)
+            seen["closed under flush"] = self.closed
+            original(self)
+
+        monkeypatch.setattr(Session, "flush_caches", slow_flush)
+        flusher = threading.Thread(target=store.flush)
+        flusher.start()
+        assert inside.wait(30)
+        store.save(Checkpoint.empty("b"))  # over max_open_sessions: "a" is dropped
+        go_on.set()
+        flusher.join(30)
+        assert seen == {"closed under flush": False}
+    finally:
+        store.close()
+
+
+def test_closing_a_dropped_session_that_fails_does_not_fail_the_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last sync of an "os"-mode writer fails (EIO) when the cache closes it:
+    the unrelated read that dropped it still answers, and no file stays open."""
+    import errno
+
+    store = journal.open(tmp_path / "s", durability="os", max_open_sessions=1)
+    try:
+        store.save(Checkpoint.empty("b"))
+        store.save(Checkpoint.empty("a"))
+        cp = Checkpoint.empty("a")
+        cp.sequence = 1
+        store.save(cp)  # "a" holds unsynced bytes, synced when closed
+        a_dir = os.path.realpath(store.session_dir("a"))
+
+        def eio(fd: int, path: str) -> None:
+            raise OSError(errno.EIO, "Input/output error", path)
+
+        with monkeypatch.context() as patch:
+            patch.setattr(fsio.ops, "sync_data", eio)
+            assert store.load("b") is not None  # drops and closes "a"
+    finally:
+        store.close()
+    if os.path.isdir("/proc/self/fd"):
+        open_files = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                open_files.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:
+                continue
+        assert not [f for f in open_files if f.startswith(a_dir + os.sep)]
+
+
+def test_an_unreadable_session_directory_is_a_storage_error_not_a_deletion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a missing file means "deleted"; any other failure to look is reported."""
+    import errno
+
+    from journal.session import Session, SessionOptions
+
+    store = journal.open(tmp_path / "s")
+    try:
+        store.save(Checkpoint.empty("a"))
+        path = store.session_dir("a")
+    finally:
+        store.close()
+    sess = Session(path, "a", SessionOptions())
+    real_stat = os.stat
+
+    def denied(p: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(p).startswith(path + os.sep):
+            raise PermissionError(errno.EACCES, "Permission denied", str(p))
+        return real_stat(p, *args, **kwargs)
+
+    try:
+        monkeypatch.setattr(os, "stat", denied)
+        with pytest.raises(journal.StorageError, match="Permission denied"):
+            sess.still_published()
+    finally:
+        monkeypatch.undo()
+        sess.close()
