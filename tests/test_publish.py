@@ -595,3 +595,68 @@ def test_an_unreadable_session_directory_is_a_storage_error_not_a_deletion(
     finally:
         monkeypatch.undo()
         sess.close()
+
+
+def test_closing_the_store_under_running_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() must not close a session a running call uses (the call closes it when
+    it ends), and a call that began before close() must not leave a session open."""
+    from journal.session import Session
+
+    root = tmp_path / "s"
+    with journal.open(root) as store:
+        store.save(Checkpoint.empty("a"))
+        store.save(Checkpoint.empty("b"))
+
+    store = journal.open(root)
+    inside, go_on = threading.Event(), threading.Event()
+    seen: dict[str, Any] = {}
+    original_load = Session.load
+
+    def slow_load(self: Session) -> Any:
+        inside.set()
+        assert go_on.wait(30)
+        seen["closed while loading"] = self.closed
+        seen["session"] = self
+        return original_load(self)
+
+    monkeypatch.setattr(Session, "load", slow_load)
+    loader = threading.Thread(target=lambda: seen.setdefault("loaded", store.load("a")))
+    loader.start()
+    assert inside.wait(30)
+    store.close()
+    go_on.set()
+    loader.join(30)
+    assert seen["closed while loading"] is False and seen["loaded"] is not None
+    assert seen["session"].closed, "the call that used it last did not close it"
+    monkeypatch.undo()
+
+    store = journal.open(root)
+    past, gate = threading.Event(), threading.Event()
+    original_pending = store.tree.pending_session_dirs
+
+    def pending_then_wait() -> Any:
+        answer = original_pending()
+        if threading.current_thread().name == "late":
+            past.set()
+            assert gate.wait(30)
+        return answer
+
+    monkeypatch.setattr(store.tree, "pending_session_dirs", pending_then_wait)
+    result: dict[str, Any] = {}
+
+    def late() -> None:
+        try:
+            result["load"] = store.load("b")
+        except journal.JournalError as exc:
+            result["load"] = exc
+
+    caller = threading.Thread(target=late, name="late")
+    caller.start()
+    assert past.wait(30)
+    store.close()
+    gate.set()
+    caller.join(30)
+    assert isinstance(result["load"], journal.JournalError)  # "store is closed"
+    assert store._sessions == {}
