@@ -100,18 +100,16 @@ def test_the_refiller_thread_exits_when_idle_and_comes_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A store dropped without close() must not keep a parked thread forever."""
-    import threading
-    import time
-
     monkeypatch.setattr(spares, "IDLE_EXIT", 0.05)
     store = journal.open(tmp_path / "s")
     try:
         store.save(Checkpoint.empty("first"))
         store.spares.wait()
-        deadline = time.monotonic() + 30
-        while any(t.name == "journal-spares" for t in threading.enumerate()):
-            assert time.monotonic() < deadline, "the idle refiller never exited"
-            time.sleep(0.01)
+        thread = store.spares._refiller  # this store's (other tests' stores have theirs)
+        if thread is not None:  # (None: it has exited already)
+            thread.join(30)
+            assert not thread.is_alive(), "the idle refiller never exited"
+        assert store.spares._refiller is None
         ready = set(_spares_on_disk(tmp_path / "s"))
         store.save(Checkpoint.empty("second"))  # takes a spare, wakes a new refiller
         store.spares.wait()
