@@ -45,9 +45,10 @@ class SparePool:
         self.target = target
         self._ready: list[tuple[str, float]] = []  # (path, when built)
         self._lock = threading.Lock()
-        # One long-lived refiller thread, woken through `_wake`: starting a thread
-        # per refill cost the caller up to 2.5 ms here (the new thread takes the
-        # GIL to build a spare before `Thread.start` returns).
+        # One refiller thread, woken through `_wake` while refills keep coming
+        # (it exits after IDLE_EXIT): starting a thread per refill cost the caller
+        # up to 2.5 ms here (the new thread takes the GIL to build a spare before
+        # `Thread.start` returns).
         self._wake = threading.Condition(self._lock)
         self._wanted = False  # a refill was asked for and has not begun
         self._busy = False  # the refiller is building spares now
