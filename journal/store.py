@@ -47,7 +47,7 @@ from .errors import (
 )
 from .index import KIND_EXECUTIONS
 from .locks import FileLock
-from .metafile import KIND_MANIFEST, read_meta, write_meta
+from .metafile import KIND_IDENTITY, KIND_MANIFEST, read_meta, write_meta
 from .naming import dir_name
 from .session import LOCK_FILE, Session, SessionIdentity, SessionOptions
 from .spares import SparePool
@@ -541,18 +541,31 @@ class Store:
         the sequence rule against what is there).
         """
 
-        path = self.session_dir(cp.session_id)
         identity = SessionIdentity(cp.session_id, created_at=now)
+        return self._create(identity, lambda first: first.save(cp, items, rec, evs, now=now))
+
+    def _create(
+        self,
+        identity: SessionIdentity,
+        write: Callable[[Session], T],
+        wait_for: fsio.Syncing | None = None,
+    ) -> T | None:
+        """Build a new session in private, let `write` make its first commit, wait for
+        `wait_for`, then publish it. Returns what `write` returned, or None, having
+        published nothing, when a directory of that name exists already.
+        """
         tmp, identity_sync = self._new_session_dir(identity)
         try:
-            first = Session(tmp, cp.session_id, self.options, private=identity)
+            first = Session(tmp, identity.session_id, self.options, private=identity)
             try:
-                journal = first.save(cp, items, rec, evs, now=now)
+                result = write(first)
             finally:
                 first.close()  # syncs nothing: `_publish` syncs it all
             # No cache files: the first open rebuilds them from one commit, for less
             # than writing them here costs.
-            published = self._publish(tmp, path, identity_sync)
+            if wait_for is not None:
+                wait_for.wait()
+            published = self._publish(tmp, self.session_dir(identity.session_id), identity_sync)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -560,7 +573,7 @@ class Store:
             shutil.rmtree(tmp, ignore_errors=True)
             return None
         self.spares.refill_soon()
-        return journal
+        return result
 
     def _publish(self, tmp: str, path: str, identity_sync: fsio.Syncing | None) -> bool:
         """Give a session built in private (`_new_session_dir`, then its first commit)
@@ -804,7 +817,7 @@ class Store:
                 continue
             try:
                 ident = msgspec.msgpack.decode(
-                    read_meta(os.path.join(path, "SESSION"), 2), type=SessionIdentity
+                    read_meta(Session.identity_file(path), KIND_IDENTITY), type=SessionIdentity
                 )
             except (FileNotFoundError, JournalError, msgspec.DecodeError):
                 continue  # a damaged session is reported by verify, not by listing
@@ -1068,27 +1081,20 @@ class Store:
             self.registry.note(os.path.basename(path))
             now = int(time.time())
             ident = SessionIdentity(cp.session_id, parent_session_id, parent_sequence, now)
-            tmp, identity_sync = self._new_session_dir(ident)
-            try:
-                child = Session(tmp, cp.session_id, self.options, private=ident)
-                try:
-                    child.save(cp, list(cp.context), None, [], now=now)
-                    # The catalog entry comes from the child as built: the published
-                    # directory is opened when something first uses it, not here.
-                    summary, covered = self._summary_of(child)
-                finally:
-                    child.close()  # syncs nothing: `_publish` syncs it all
+
+            def write(child: Session) -> tuple[SessionSummary, int]:
+                child.save(cp, list(cp.context), None, [], now=now)
+                # The catalog entry comes from the child as built: the published
+                # directory is opened when something first uses it, not here.
+                summary, covered = self._summary_of(child)
                 assert summary is not None
-                parent_sync.wait()
-                published = self._publish(tmp, path, identity_sync)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
-            if not published:  # another process created it since the check above
-                shutil.rmtree(tmp, ignore_errors=True)
+                return summary, covered
+
+            built = self._create(ident, write, wait_for=parent_sync)
+            if built is None:  # another process created it since the check above
                 raise ContractViolationError(f"session {cp.session_id!r} already exists")
+            summary, covered = built
             self.catalog.append([CatalogRecord(OP_UPSERT, cp.session_id, covered, summary)])
-            self.spares.refill_soon()
             return summary
 
     @_guard
