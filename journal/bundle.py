@@ -38,7 +38,7 @@ from .errors import CorruptionError, InvalidInputError, NotFoundError
 from .log import SEGMENT_HEADER_SIZE, ScanState
 from .metafile import KIND_IDENTITY, read_meta
 from .naming import dir_name
-from .session import IDENTITY_FILE, LOG_DIR, Session, SessionIdentity
+from .session import IDENTITY_FILE, LOG_DIR, Session, SessionIdentity, open_log
 from .verify import SEVERITY_DATA, verify_session_dir
 
 BUNDLE_FORMAT = 1
@@ -88,8 +88,6 @@ def _session_files(directory: str) -> tuple[SessionIdentity, list[tuple[str, int
     ident = msgspec.msgpack.decode(
         read_meta(os.path.join(directory, IDENTITY_FILE), KIND_IDENTITY), type=SessionIdentity
     )
-    from .inspect import open_log
-
     log = open_log(directory)
     try:
         state = ScanState()

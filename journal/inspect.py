@@ -16,21 +16,12 @@ from typing import Any
 import msgspec
 
 from . import payloads
-from .log import KIND_SESSION, Log, ScanState
+from .log import ScanState
 from .record import CHECKPOINT, COMMIT, EVENT, EXECUTION, FLAG_ZSTD, TRANSCRIPT, TYPE_NAMES, Record
-from .session import LOG_DIR
+from .session import open_log
 
 _DECODERS = payloads.DECODERS
 _to_builtins = msgspec.to_builtins
-
-
-def open_log(directory: str) -> Log:
-    return Log(
-        os.path.join(directory, LOG_DIR),
-        KIND_SESSION,
-        segment_bytes=1 << 62,
-        label=os.path.basename(directory),
-    )
 
 
 def describe(rec: Record) -> dict[str, Any]:

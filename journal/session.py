@@ -384,12 +384,7 @@ class Session:
         """Whether the log holds a complete commit, scanned as recovery scans it
         (call it holding the session's lock). Damage other than a torn tail raises
         `CorruptionError`."""
-        log = Log(
-            os.path.join(directory, LOG_DIR),
-            KIND_SESSION,
-            segment_bytes=1 << 62,
-            label=f"session directory {directory}",
-        )
+        log = open_log(directory)
         try:
             state = ScanState()
             for _ in log.committed(0, state, strict=True):
@@ -1415,6 +1410,16 @@ class Session:
             return  # a courtesy: the zeros stay, nothing is lost
         finally:
             self._write_lock.release()
+
+
+def open_log(directory: str) -> Log:
+    """A session directory's log, opened to read it (no writer, no read cache)."""
+    return Log(
+        os.path.join(directory, LOG_DIR),
+        KIND_SESSION,
+        segment_bytes=1 << 62,
+        label=os.path.basename(directory),
+    )
 
 
 def _file_key(path: str) -> tuple[int, int, int] | None:
