@@ -289,7 +289,8 @@ class JournalSide:
 
     def settle(self) -> None:
         """Wait for background work (spare session directories being prepared after a
-        fork or first save), untimed, so that it never overlaps the other side's turn."""
+        fork or first save), untimed, so that it never overlaps the other side's turn or
+        a timed section that follows untimed setup."""
         self.store.spares.wait()
 
     def close(self) -> None:
@@ -827,6 +828,7 @@ class Harness:
                     return floor_rate(self.work.fresh("floor"), typed, sync=True, prealloc=False)
                 with self.opened(name, mode, "append") as side:
                     side.save(seed)
+                    side.settle()
                     gc.collect()
                     elapsed = timed(each, functools.partial(side.append, "append-1"), events)
                 return len(events) / elapsed
@@ -921,6 +923,7 @@ class Harness:
                     with self.opened(name, mode, "threads") as side:
                         for seed in seeds[: len(set(targets))]:
                             side.save(seed)
+                        side.settle()
                         elapsed = run_threads(side, targets, events)
                     return sum(len(e) - 1 for e in events) / elapsed
 
@@ -977,6 +980,7 @@ class Harness:
             def run(name: str, _: int, mode: Mode = mode) -> float:
                 with self.opened(name, mode, "save") as side:
                     each(side.save, firsts)
+                    side.settle()
                     gc.collect()
                     elapsed = timed(each, side.save, order)
                 return elapsed / len(order)
@@ -991,6 +995,7 @@ class Harness:
 
             def run_new(name: str, _: int, mode: Mode = mode) -> float:
                 with self.opened(name, mode, "new") as side:
+                    side.settle()
                     gc.collect()
                     elapsed = timed(each, side.save, new_sessions)
                 return elapsed / len(new_sessions)
