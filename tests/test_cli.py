@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import msgspec
@@ -61,6 +62,26 @@ def _save(store: journal.Store, sid: str, seq: int, n_items: int, events: int = 
         for k in range(events)
     ]
     store.save_with_events(cp, [{"i": n_items}], None, evs)
+
+
+def _data_end(segment: bytes) -> int:
+    """The file offset where a segment's records end, found by walking their frames
+    (FORMAT.md: crc u32, length u32, type u8, flags u8, payload) up to a zero record
+    header or the end of the file. Not `rstrip(b"\\0")`: a record may end in zero
+    bytes itself (the last field of a COMMIT is the writer's wall clock in ms, whose
+    low byte is 0 once in 256 saves)."""
+    off = SEGMENT_HEADER_SIZE
+    last_flags = None
+    while off + 10 <= len(segment) and segment[off : off + 10] != bytes(10):
+        length = int.from_bytes(segment[off + 4 : off + 8], "little")
+        stop = off + 10 + length
+        assert stop <= len(segment), (off, length, len(segment))
+        crc = int.from_bytes(segment[off : off + 4], "little")
+        assert zlib.crc32(segment[off + 4 : stop]) == crc, f"record at {off} fails its CRC"
+        last_flags = segment[off + 9]
+        off = stop
+    assert last_flags is not None and last_flags & 2, "the last record closes a commit"
+    return off
 
 
 def test_docs_cli_md_is_current() -> None:
@@ -193,7 +214,7 @@ def test_repair_cuts_exactly_the_uncommitted_tail(tmp_path: Path) -> None:
     store.close()
     seg = next((root / "sessions" / dir_name("torn") / "log").iterdir())
     data = seg.read_bytes()
-    end = len(data.rstrip(b"\x00"))
+    end = _data_end(data)
     # half of a record that never got its commit: the bytes a crash leaves
     garbage = bytes([0x11] * 4) + (60).to_bytes(4, "little") + bytes([4, 0]) + b"x" * 20
     seg.write_bytes(data[:end] + garbage + b"\x00" * 4096)
