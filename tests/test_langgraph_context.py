@@ -111,3 +111,58 @@ def test_a_short_old_context_is_not_sliced_from_a_long_head(tmp_path: Path) -> N
     # Put 60 holds 60: the head is the cheaper source.
     calls = compare(root, ref, ids[61], 2)
     assert (calls.load, calls.checkpoint_at) == (1, 0)
+
+
+def test_messages_read_again_are_new_objects_equal_to_a_fresh_decode(tmp_path: Path) -> None:
+    # A stored message is decoded once and later reads get copies of that decode:
+    # each read must still get its own objects, equal to what a new saver decodes.
+    root = tmp_path / "store"
+    ref = InMemorySaver()
+    args = {"q": ["a", {"deep": 1}]}
+    tool_call = {"name": "lookup", "args": args, "id": "c1", "type": "tool_call"}
+    msgs: list[Any] = []
+    lists: list[list[Any]] = []
+    for i in range(12):
+        m: Any = (
+            AIMessage(f"a{i}", tool_calls=[tool_call], response_metadata={"k": [i]})
+            if i % 2
+            else HumanMessage(
+                [{"type": "text", "text": f"h{i}"}], additional_kwargs={"x": {"y": i}}
+            )
+        )
+        msgs = [*msgs, m]
+        lists.append(msgs)
+    with JournalSaver(root) as saver:
+        ids = put_all([saver, ref], "t", lists)
+        first = list(saver.list(cfg("t"), limit=5))
+        # Mutate everything mutable in what the first read returned.
+        for tup in first:
+            for msg in tup.checkpoint["channel_values"]["messages"]:
+                if isinstance(msg.content, list):
+                    msg.content[0]["text"] = "changed"
+                msg.additional_kwargs["x"] = "changed"
+                msg.response_metadata["k"] = "changed"
+                for call in getattr(msg, "tool_calls", []):
+                    call["args"]["q"][1]["deep"] = "changed"
+                msg.id = "changed"
+        again = list(saver.list(cfg("t"), limit=5))
+        want = list(ref.list(cfg("t"), limit=5))
+        for g, w in zip(again, want, strict=True):
+            same(g, w)
+            for a, b in zip(
+                g.checkpoint["channel_values"]["messages"],
+                w.checkpoint["channel_values"]["messages"],
+                strict=True,
+            ):
+                assert type(a) is type(b)
+                assert a.__dict__ == b.__dict__
+                assert a.__pydantic_fields_set__ == b.__pydantic_fields_set__
+        # The checkpoints of one read share no message objects either.
+        seen: set[int] = set()
+        for tup in again:
+            for msg in tup.checkpoint["channel_values"]["messages"]:
+                assert id(msg) not in seen
+                seen.add(id(msg))
+        got = saver.get_tuple(cfg("t", ids[3]))
+        assert got is not None
+        same(got, ref.get_tuple(cfg("t", ids[3])))

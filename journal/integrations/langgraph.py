@@ -49,6 +49,7 @@ from typing import Any
 import msgspec
 
 try:
+    from langchain_core.messages import BaseMessage
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import (
         WRITES_IDX_MAP,
@@ -105,6 +106,7 @@ _PAGE = 256
 _MAX_INDEXES = 256
 _MAX_LATE = 48  # late events the fast path reads one by one before it gives up
 _RAW_MEMO = 8192  # base64-decoded list items remembered (by identity) across reads
+_OBJ_MEMO_BYTES = 32 << 20  # msgpack bytes of the items whose decoded form is remembered
 _FP_LEN = 8  # fields of a current `fp` (5: written before `pend`, `mine`, `lastseq`)
 _MAX_PEND = 64  # checkpoints with pending ahead writes an event lists (more: not clean)
 # An older context of the head's epoch is sliced from `load()` (the head) rather
@@ -169,6 +171,44 @@ def _snapshot(value: Any) -> Any:
     if not isinstance(attrs, dict):
         return _NO_SNAPSHOT  # a dict, list or slotted object: always serialise again
     return attrs.copy()
+
+
+class _NoClone(Exception):
+    """`_clone` cannot copy this value (it is decoded afresh instead)."""
+
+
+_set_attr = object.__setattr__
+_SCALARS = frozenset((str, int, float, bool, type(None)))  # immutable: shared by copies
+
+
+def _clone(value: Any) -> Any:
+    """A copy of a decoded list item that equals a fresh decode of it and shares no
+    mutable part with `value`: JSON-like values (dicts, lists, tuples, scalars) and
+    LangChain messages whose fields hold only such values. Raises `_NoClone` else.
+    """
+    t = type(value)
+    if t in _SCALARS:
+        return value
+    if t is dict:
+        return {k: v if type(v) in _SCALARS else _clone(v) for k, v in value.items()}
+    if t is list:
+        return [v if type(v) in _SCALARS else _clone(v) for v in value]
+    if t is tuple:
+        return tuple([_clone(v) for v in value])
+    if isinstance(value, BaseMessage) and not value.__pydantic_private__:
+        # What pydantic's `__copy__` does, with every field value copied as above.
+        new = object.__new__(t)  # what a pydantic model's `__new__` is
+        extra = value.__pydantic_extra__
+        _set_attr(
+            new,
+            "__dict__",
+            {k: v if type(v) in _SCALARS else _clone(v) for k, v in value.__dict__.items()},
+        )
+        _set_attr(new, "__pydantic_extra__", None if extra is None else _clone(extra))
+        _set_attr(new, "__pydantic_fields_set__", set(value.__pydantic_fields_set__))
+        _set_attr(new, "__pydantic_private__", None)
+        return new
+    raise _NoClone
 
 
 def _first_user_message(messages: list[Any]) -> str | None:
@@ -493,6 +533,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
         self._indexes: OrderedDict[str, _Index] = OrderedDict()
         self._fast_list = isinstance(self.serde, JsonPlusSerializer)
         self._raw_memo: dict[int, tuple[Any, bytes]] = {}
+        self._obj_memo: dict[int, tuple[Any, Any]] = {}  # see `_load_list_fast`
+        self._obj_memo_bytes = 0  # msgpack bytes of the items `_obj_memo` holds
 
     # ------------------------------------------------------------- lifecycle
     def close(self) -> None:
@@ -585,15 +627,56 @@ class JournalSaver(BaseCheckpointSaver[str]):
 
     def _load_list(self, items: list[Any], where: str) -> list[Any]:
         if self._fast_list and items:
-            raws = self._msgpack_items(items, where)
-            if raws is not None:
-                # One decode of one msgpack array instead of one call per item: the
-                # items are msgpack values, so the array is their concatenation.
-                raw = msgpack_array_header(len(raws)) + b"".join(raws)
-                out = self.serde.loads_typed(("msgpack", raw))
-                if isinstance(out, list) and len(out) == len(raws):
-                    return out
+            out = self._load_list_fast(items, where)
+            if out is not None:
+                return out
         return [self.serde.loads_typed(_typed(item, where)) for item in items]
+
+    def _load_list_fast(self, items: list[Any], where: str) -> list[Any] | None:
+        """`_load_list` for msgpack items (None: not all msgpack, use the general path).
+
+        The contexts of a thread's checkpoints share their stored items (one is a
+        prefix of the next), so a `list` returning k checkpoints would decode the
+        same message up to k times (pydantic validation: most of a warm `list`).
+        Instead the first decode of a stored item is kept as a template (by the
+        item's identity) and later reads get a copy of it: a new object, equal to
+        a fresh decode, sharing no mutable part with the template or with other
+        copies (`_clone`; a value it cannot copy that way is decoded every time).
+        """
+        memo = self._obj_memo
+        out: list[Any] = [None] * len(items)
+        miss_at: list[int] = []
+        miss: list[Any] = []
+        for i, item in enumerate(items):
+            hit = memo.get(id(item))
+            if hit is not None and hit[0] is item:
+                out[i] = _clone(hit[1])
+            else:
+                miss_at.append(i)
+                miss.append(item)
+        if not miss:
+            return out
+        raws = self._msgpack_items(miss, where)
+        if raws is None:
+            return None
+        # One decode of one msgpack array instead of one call per item: the
+        # items are msgpack values, so the array is their concatenation.
+        raw = msgpack_array_header(len(raws)) + b"".join(raws)
+        decoded = self.serde.loads_typed(("msgpack", raw))
+        if not isinstance(decoded, list) or len(decoded) != len(raws):
+            return None
+        for i, item, r, value in zip(miss_at, miss, raws, decoded, strict=True):
+            out[i] = value
+            try:
+                template = _clone(value)
+            except _NoClone:
+                continue
+            if len(memo) >= _RAW_MEMO or self._obj_memo_bytes > _OBJ_MEMO_BYTES:
+                memo.clear()
+                self._obj_memo_bytes = 0
+            memo[id(item)] = (item, template)  # holds the item: its id cannot be reused
+            self._obj_memo_bytes += len(r)
+        return out
 
     def _dump_items(
         self, values: list[Any], cache: list[tuple[Any, Any, Any]]
