@@ -152,3 +152,25 @@ async def test_a_cold_scan_through_tombstones_pages_geometrically(
     # a whole history is read in pages of at most oa._PAGE_EVENTS events
     pages = [r[1] for r in reads.log if r[0] == "event_page"]
     assert pages == [oa._PAGE_EVENTS] * len(pages) and len(pages) == -(-340 // oa._PAGE_EVENTS)
+
+
+@pytest.mark.asyncio
+async def test_the_items_a_cold_read_returns_are_the_callers(store: journal.Store) -> None:
+    # A read with nothing cached returns the items as it read them from the log (no
+    # second decode of the cache's copies): changing them must not change the cache.
+    writer = JournalSession("mine", store)
+    for i in range(40):
+        await writer.add_items([{"role": "user", "content": [{"type": "text", "text": f"m{i}"}]}])
+    for limit in (None, 10):
+        oa.drop_caches()
+        s = JournalSession("mine", store)
+        got = await s.get_items(limit)
+        want = [f"m{i}" for i in range(40)][-(limit or 40) :]
+        assert [i["content"][0]["text"] for i in got] == want
+        for item in got:
+            item["content"][0]["text"] = "changed"
+            item["role"] = "changed"
+        again = await s.get_items(limit)  # from the cache the first read built
+        assert [i["content"][0]["text"] for i in again] == want
+        assert all(i["role"] == "user" for i in again)
+        assert all(a is not b for a, b in zip(got, again, strict=True))

@@ -512,17 +512,20 @@ class JournalSession:
             if len(new) < 256:
                 return c
 
-    def _rebuild(self, ident: tuple[int, int, int] | None, want: int = 32) -> _Cache:
+    def _rebuild(
+        self, ident: tuple[int, int, int] | None, want: int = 32, read: list[Any] | None = None
+    ) -> _Cache:
         """A new cache of the session, holding its newest items (at least `want`, or all).
 
         One read of the newest events gives both the items and the latest sequence
-        they reflect (no separate read of the counter)."""
+        they reflect (no separate read of the counter). `read`: gets the items read
+        (newest first; see `_fill`)."""
         c = _Cache(ident, 0, [_Segment(self.session_id)], complete=True)
         if ident is not None:
             cp = self.store.load(self.session_id)
             if cp is not None:
                 c = _Cache(ident, 0, self._chain(cp))
-                self._fill(c, max(1, want), top=True)
+                self._fill(c, max(1, want), top=True, read=read)
         self._c = c
         return c
 
@@ -575,9 +578,13 @@ class JournalSession:
             return
         self._fill(c, need, top=False)
 
-    def _fill(self, c: _Cache, need: int, *, top: bool) -> None:
+    def _fill(self, c: _Cache, need: int, *, top: bool, read: list[Any] | None = None) -> None:
         """Read items older than the cache's boundary (`top`: the newest items of a new,
-        empty cache, whose `latest` and boundary the first page sets) into the cache."""
+        empty cache, whose `latest` and boundary the first page sets) into the cache.
+
+        `read`: gets the decoded items read, newest first, in the order of the keys
+        added (even those the budget then evicts). They are the caller's: the log's
+        events are decoded afresh by every read, and the cache keeps only bytes."""
         got_keys: list[Key] = []
         got_vals: list[bytes] = []
         last: Key | None = None
@@ -605,7 +612,10 @@ class JournalSession:
                 if pending and key in pending:
                     pending.discard(key)
                     continue
-                val = encode(items[index])
+                item = items[index]
+                val = encode(item)
+                if read is not None:
+                    read.append(item)
                 got_keys.append(key)
                 got_vals.append(val)
                 nbytes += len(val)
@@ -752,7 +762,18 @@ class JournalSession:
 
     def _latest(self, limit: int | None) -> list[Any]:
         need = (1 << 62) if limit is None else limit
-        c = self._sync(need)
+        ident = self._identity()
+        c = self._c
+        if ident is not None and (c is None or c.ident != ident):
+            # Nothing cached: the rebuild reads the newest items from the log; return
+            # them as read instead of decoding the cache's copies again.
+            read: list[Any] = []
+            c = self._rebuild(ident, need, read)
+            if c.complete or len(read) >= need:
+                read.reverse()
+                return read
+        else:
+            c = self._sync_as(ident, need)
         self._extend(c, need)
         if len(c.keys) >= need or c.complete:
             return _decode_all(c.vals[-need:] if len(c.vals) > need else c.vals)
