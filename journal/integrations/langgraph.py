@@ -35,6 +35,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import math
 import os
 import random
 import secrets
@@ -274,6 +275,7 @@ class _Index:
     high_mark: str | None = None  # fingerprint of the event at `high`
     high_fp: _Fp | None = None  # the `fp` of the event at `high`
     late_loaded: bool = False  # every late event below `low` is applied
+    late_fps: list[_Fp] = field(default_factory=list)  # the `fp`s of that late chain
     # Islands read by the fast path below `low`: puts by event sequence, and the
     # event ranges [a, b] whose every event is applied (writes, deletes) or here.
     iputs: dict[int, _Put] = field(default_factory=dict)
@@ -962,6 +964,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 raise _NoFastPath
             if at < idx.low:
                 self._apply(idx, ev, forward=False)
+            idx.late_fps.append(efp)
             at = efp.late
         idx.late_loaded = True
 
@@ -983,35 +986,55 @@ class JournalSaver(BaseCheckpointSaver[str]):
     def _search(self, idx: _Index, checkpoint_id: str) -> int:
         lo, hi, ans = 1, idx.low - 1, idx.low
         # Binary search; while LangGraph's uuid6 ids (time-ordered) let it, the
-        # probe is guessed by interpolating the ids' timestamps between the last
-        # two puts seen (a guess that does not halve the range is followed by a
-        # plain halving step, so never more than about 2*log2(n) probes).
+        # probe is guessed by interpolating the ids' timestamps between the two
+        # puts seen that bracket the target most closely (else the last two seen;
+        # a guess that does not halve the range is followed by a plain halving
+        # step, so never more than about 2*log2(n) probes). The events of the late
+        # chain, already read, count as probes.
         target = _id_time(checkpoint_id)
         pts: list[tuple[int, int]] = []  # (event sequence of a put, its id's time)
+
+        def seen(at: int, fp: _Fp) -> int | None:
+            """Narrow the range by the `fp` of event `at`; the answer, if this is it."""
+            nonlocal lo, hi, ans
+            last = fp.last
+            put_at = fp.lastseq if 0 < fp.lastseq <= at else 0
+            if put_at and (t := _id_time(last)) is not None:
+                pts.append((put_at, t))
+            if not lo <= at <= hi:
+                return None
+            if last is not None and last >= checkpoint_id:
+                if last == checkpoint_id and put_at:
+                    return put_at  # the put itself: every event before it names an older id
+                ans = put_at or at
+                hi = ans - 1
+            else:
+                lo = at + 1
+            return None
+
         top = idx.high_fp
         if top is not None and top.lastseq and (t := _id_time(top.last)) is not None:
             pts.append((top.lastseq, t))
+        for fp in idx.late_fps:
+            if fp.clean and fp.current and (found := seen(fp.seq, fp)) is not None:
+                return found
         guess_ok = True
         while lo <= hi:
             mid = (lo + hi) // 2
             if target is not None and guess_ok and len(pts) >= 2:
-                (s1, t1), (s2, t2) = pts[-2], pts[-1]
+                below = [p for p in pts if p[1] <= target]
+                above = [p for p in pts if p[1] > target]
+                if below and above:
+                    (s1, t1), (s2, t2) = max(below), min(above)
+                else:
+                    (s1, t1), (s2, t2) = pts[-2], pts[-1]
                 if t1 != t2:
-                    guess = s1 + round((target - t1) * (s2 - s1) / (t2 - t1))
+                    guess = s1 + math.ceil((target - t1) * (s2 - s1) / (t2 - t1))
                     mid = min(max(guess, lo), hi)
             width = hi - lo
             _, fp = self._event_at(idx, mid)
-            last = fp.last
-            put_at = fp.lastseq if 0 < fp.lastseq <= mid else 0
-            if last is not None and last >= checkpoint_id:
-                if last == checkpoint_id and put_at:
-                    return put_at  # the put itself: every event before it names an older id
-                ans = put_at or mid
-                hi = ans - 1
-            else:
-                lo = mid + 1
-            if put_at and (t := _id_time(last)) is not None:
-                pts.append((put_at, t))
+            if (found := seen(mid, fp)) is not None:
+                return found
             guess_ok = hi - lo <= width // 2
         return ans
 
