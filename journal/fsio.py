@@ -31,21 +31,18 @@ class FileOps:
     concurrent = True
 
     def pwrite(self, fd: int, data: bytes, offset: int, path: str) -> None:
-        view = memoryview(data)
+        written = os.pwrite(fd, data, offset)
+        if written == len(data):  # the usual case: one call wrote it all
+            return
+        view = memoryview(data)[written:]
+        offset += written
         while view:
             written = os.pwrite(fd, view, offset)
             view = view[written:]
             offset += written
 
     def sync_data(self, fd: int, path: str) -> None:
-        if sys.platform == "darwin":  # plain fsync does not reach the platter on macOS
-            import fcntl
-
-            fcntl.fcntl(fd, fcntl.F_FULLFSYNC)
-        elif hasattr(os, "fdatasync"):
-            os.fdatasync(fd)
-        else:
-            os.fsync(fd)
+        _sync_data_call(fd)
 
     def sync_file(self, fd: int, path: str) -> None:
         os.fsync(fd)
@@ -72,6 +69,20 @@ class FileOps:
         os.unlink(path)
 
 
+# Chosen once (it runs on every durable commit): plain fsync does not reach the
+# platter on macOS; fdatasync does not exist everywhere.
+_sync_data_call: Callable[[int], object]
+if sys.platform == "darwin":
+    import fcntl
+
+    def _sync_data_call(fd: int) -> None:
+        fcntl.fcntl(fd, fcntl.F_FULLFSYNC)
+
+elif hasattr(os, "fdatasync"):
+    _sync_data_call = os.fdatasync
+else:
+    _sync_data_call = os.fsync
+
 ops: FileOps = FileOps()
 
 
@@ -80,19 +91,29 @@ def _context(op: str, path: str) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise StorageError(f"{op} failed on {path}: {exc.strerror or exc}") from exc
+        raise _failed(op, path, exc) from exc
 
 
+def _failed(op: str, path: str, exc: OSError) -> StorageError:
+    return StorageError(f"{op} failed on {path}: {exc.strerror or exc}")
+
+
+# pwrite and sync_data run on every commit: a plain try/except, not `_context`
+# (a generator-based context manager costs a few microseconds per call).
 def pwrite(fd: int, data: bytes, offset: int, path: str) -> None:
     """Write all of `data` at `offset` (not yet durable)."""
-    with _context("write", path):
+    try:
         ops.pwrite(fd, data, offset, path)
+    except OSError as exc:
+        raise _failed("write", path, exc) from exc
 
 
 def sync_data(fd: int, path: str) -> None:
     """Make the file's data (and size) durable: fdatasync, F_FULLFSYNC on macOS."""
-    with _context("fdatasync", path):
+    try:
         ops.sync_data(fd, path)
+    except OSError as exc:
+        raise _failed("fdatasync", path, exc) from exc
 
 
 def sync_file(fd: int, path: str) -> None:

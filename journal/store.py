@@ -491,13 +491,6 @@ class Store:
             journal = self._first_save(cp, items, rec, evs, now)
             if journal is None:  # another thread or process created the session first
                 continue
-            # Published by our rename: announce it under the session's lock (see
-            # `_save_existing`), unless a delete already took it away again (then
-            # our save came first, then the delete).
-            sess = self._session(cp.session_id)
-            if sess is not None:
-                with contextlib.suppress(NotFoundError), sess.locked():
-                    self._catalog_upsert(sess, cp.sequence, rec)
             return journal
         raise JournalError(f"session {cp.session_id!r}: its directory keeps changing")
 
@@ -542,17 +535,29 @@ class Store:
         """
 
         identity = SessionIdentity(cp.session_id, created_at=now)
-        return self._create(identity, lambda first: first.save(cp, items, rec, evs, now=now))
+
+        def write(first: Session) -> tuple[list[JournalEvent], SessionSummary | None, int]:
+            journal = first.save(cp, items, rec, evs, now=now)
+            return (journal, *self._summary_of(first))
+
+        def announce(built: tuple[list[JournalEvent], SessionSummary | None, int]) -> None:
+            _, summary, covered = built
+            self._catalog_publish(cp.session_id, summary, covered, cp.sequence, rec)
+
+        built = self._create(identity, write, announce)
+        return None if built is None else built[0]
 
     def _create(
         self,
         identity: SessionIdentity,
         write: Callable[[Session], T],
+        announce: Callable[[T], None],
         wait_for: fsio.Syncing | None = None,
     ) -> T | None:
         """Build a new session in private, let `write` make its first commit, wait for
-        `wait_for`, then publish it. Returns what `write` returned, or None, having
-        published nothing, when a directory of that name exists already.
+        `wait_for`, then publish it and `announce` what `write` returned (its catalog
+        entry). Returns what `write` returned, or None, having published nothing,
+        when a directory of that name exists already.
         """
         tmp, identity_sync = self._new_session_dir(identity)
         try:
@@ -565,7 +570,12 @@ class Store:
             # than writing them here costs.
             if wait_for is not None:
                 wait_for.wait()
-            published = self._publish(tmp, self.session_dir(identity.session_id), identity_sync)
+            published = self._publish(
+                tmp,
+                self.session_dir(identity.session_id),
+                identity_sync,
+                lambda: announce(result),
+            )
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -575,24 +585,38 @@ class Store:
         self.spares.refill_soon()
         return result
 
-    def _publish(self, tmp: str, path: str, identity_sync: fsio.Syncing | None) -> bool:
+    def _publish(
+        self,
+        tmp: str,
+        path: str,
+        identity_sync: fsio.Syncing | None,
+        announce: Callable[[], None],
+    ) -> bool:
         """Give a session built in private (`_new_session_dir`, then its first commit)
-        its name; return once it is durable. False, publishing nothing, when a
-        directory of that name exists already. See FORMAT.md section 9.
+        its name, `announce` it, and return once it is durable. False, publishing
+        nothing, when a directory of that name exists already. See FORMAT.md
+        section 9.
+
+        `announce` (the catalog entry) runs after the rename, while the last syncs
+        run, and under the new session's lock: a delete takes that lock before it
+        writes its own catalog record, so the entry can never land after that
+        record and list a deleted session (see `_save_existing`).
         """
         parent = os.path.dirname(path)
         # The new session's write lock is held until it is durable: no other writer
         # commits into a session that a power loss could still take away.
         guard = FileLock(os.path.join(tmp, LOCK_FILE), "a session being published")
         try:
-            guard.try_acquire()  # always free: nobody else knows tmp/
+            # Always free (nobody else knows tmp/); acquire() also writes the holder
+            # line, which names us to a writer that waits for it meanwhile.
+            guard.acquire(0)
             if identity_sync is None:
                 # Built now: its entries are new and must be durable before its name
                 # is, or a power loss could publish a session without its log.
                 Session.seal(tmp)
                 if not _rename_unless_taken(tmp, path):
                     return False
-                fsio.sync_dir(parent)
+                _announce_while(fsio.start_sync([], [], [parent]), announce)
                 return True
             # A spare: its entries are durable already, and its identity file was
             # synced while the first commit was being written. So the name can come
@@ -605,7 +629,8 @@ class Store:
             identity_sync.wait()
             if not _rename_unless_taken(tmp, path):
                 return False
-            fsio.sync_all(data_files=Session.segment_files(path), files=[], dirs=[parent])
+            syncing = fsio.start_sync(Session.segment_files(path), [], [parent])
+            _announce_while(syncing, announce)
             return True
         finally:
             guard.close()
@@ -919,18 +944,27 @@ class Store:
 
     def _catalog_upsert(self, sess: Session, sequence: int, rec: ExecutionRecord | None) -> None:
         """Publish a commit's summary (and a copy of its execution record) to the catalog."""
-        summary, covered = self._summary_of(sess)
+        self._catalog_publish(sess.id, *self._summary_of(sess), sequence, rec)
+
+    def _catalog_publish(
+        self,
+        session_id: str,
+        summary: SessionSummary | None,
+        covered: int,
+        sequence: int,
+        rec: ExecutionRecord | None,
+    ) -> None:
         if summary is None:
             return
         if rec is None:
-            self.catalog.append([CatalogRecord(OP_UPSERT, sess.id, covered, summary)])
+            self.catalog.append([CatalogRecord(OP_UPSERT, session_id, covered, summary)])
             return
         key = (sequence, rec.started_at_ms)
         self.catalog.append(
             [
-                CatalogRecord(OP_UPSERT, sess.id, covered, summary, key),
+                CatalogRecord(OP_UPSERT, session_id, covered, summary, key),
                 CatalogRecord(
-                    OP_EXECUTION, sess.id, covered, None, key, record=_encode_execution(rec)
+                    OP_EXECUTION, session_id, covered, None, key, record=_encode_execution(rec)
                 ),
             ]
         )
@@ -1090,12 +1124,13 @@ class Store:
                 assert summary is not None
                 return summary, covered
 
-            built = self._create(ident, write, wait_for=parent_sync)
+            def announce(built: tuple[SessionSummary, int]) -> None:
+                self._catalog_publish(cp.session_id, *built, cp.sequence, None)
+
+            built = self._create(ident, write, announce, wait_for=parent_sync)
             if built is None:  # another process created it since the check above
                 raise ContractViolationError(f"session {cp.session_id!r} already exists")
-            summary, covered = built
-            self.catalog.append([CatalogRecord(OP_UPSERT, cp.session_id, covered, summary)])
-            return summary
+            return built[0]
 
     @_guard
     def fork_at(
@@ -1308,6 +1343,18 @@ def _close_quietly(sessions: Sequence[Session]) -> None:
     for sess in sessions:
         with contextlib.suppress(JournalError, OSError):
             sess.close()
+
+
+def _announce_while(syncing: fsio.Syncing, announce: Callable[[], None]) -> None:
+    """Run `announce` while `syncing` runs; return once both are done (raise the
+    first failure; a failed sync leaves the session published, like a commit whose
+    sync failed: it may or may not survive a power loss)."""
+    try:
+        announce()
+    except BaseException:
+        syncing.wait_quietly()
+        raise
+    syncing.wait()
 
 
 def _rename_unless_taken(src: str, dst: str) -> bool:

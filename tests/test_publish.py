@@ -20,7 +20,7 @@ import pytest
 from faults import recording
 
 import journal
-from journal import Checkpoint, fsio
+from journal import Checkpoint, Event, fsio
 from journal.locks import FileLock
 from journal.log import SEGMENT_HEADER_SIZE
 from journal.session import LOCK_FILE, LOG_DIR
@@ -510,6 +510,7 @@ def test_flush_keeps_the_sessions_it_writes_open(
     store = journal.open(tmp_path / "s", max_open_sessions=1)
     try:
         store.save(_child("a"))
+        store.append_event("a", 1, Event(msg={"type": "note"}))  # opens "a" (with caches due)
         inside, go_on = threading.Event(), threading.Event()
         seen: dict[str, bool] = {}
         original = Session.flush_caches
