@@ -886,6 +886,33 @@ class Store:
             )
         self.catalog.append(records)
 
+    def _add_unlisted_children(self, children: dict[str, list[str]]) -> None:
+        """Add the parent links of session directories the catalog does not list.
+
+        The catalog leaves out a session it cannot read (damage is reported by
+        reads and `verify`, not by listing), so it knows nothing of that child's
+        parent; a delete of the parent must take it all the same. Its identity
+        file still names the parent. Costs one listing of `sessions/` (an
+        identity read only for the rare unlisted directory); a directory whose
+        identity is unreadable cannot be placed in the tree and stays.
+        """
+        listed = {dir_name(sid) for sid in self.catalog.summaries}
+        pending = self.tree.pending_session_dirs()
+        sessions = os.path.join(self.root, SESSIONS_DIR)
+        for name in os.listdir(sessions):
+            if name in listed or name in pending:
+                continue
+            try:
+                ident = msgspec.msgpack.decode(
+                    read_meta(Session.identity_file(os.path.join(sessions, name)), KIND_IDENTITY),
+                    type=SessionIdentity,
+                )
+            except (OSError, JournalError, msgspec.DecodeError):
+                continue
+            parent = ident.parent_session_id
+            if parent is not None and ident.session_id not in children.get(parent, ()):
+                children.setdefault(parent, []).append(ident.session_id)
+
     def _reset_entry(self, sess: Session) -> None:
         """Replace a session's catalog entry with what its log says, under its writer lock.
 
@@ -1190,6 +1217,7 @@ class Store:
                 if not present:
                     return False
             children = self.catalog.children_of()
+            self._add_unlisted_children(children)
             closure: list[str] = []
             queue = list(dict.fromkeys(ids))
             seen = set(queue)

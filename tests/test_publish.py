@@ -661,3 +661,40 @@ def test_closing_the_store_under_running_calls(
     caller.join(30)
     assert isinstance(result["load"], journal.JournalError)  # "store is closed"
     assert store._sessions == {}
+
+
+def test_deleting_a_parent_takes_a_damaged_child_the_catalog_does_not_list(
+    tmp_path: Path,
+) -> None:
+    """A rebuilt catalog leaves out a session it cannot read (damage is reported by
+    reads and verify, not by listing), so it knows nothing of that child's parent.
+    Deleting the parent must still take the child: never a child without its parent."""
+    root = tmp_path / "s"
+    store = journal.open(root)
+    try:
+        store.save(_child("parent"))
+        store.fork("parent", 0, _child("kid"))
+        store.append_event("kid", 1, journal.Event(msg={"type": "warning", "message": "x"}))
+        kid_dir = store.session_dir("kid")
+    finally:
+        store.close()
+    for name in os.listdir(kid_dir):  # no caches: opening must read the log
+        if name not in ("SESSION", "LOCK", LOG_DIR):
+            os.unlink(os.path.join(kid_dir, name))
+    with open(_segment(kid_dir), "r+b") as f:  # the first record fails its checksum
+        f.seek(SEGMENT_HEADER_SIZE + 12)
+        byte = f.read(1)
+        f.seek(SEGMENT_HEADER_SIZE + 12)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    shutil.rmtree(root / "catalog")  # derived data: rebuilt from the sessions on open
+    store = journal.open(root)
+    try:
+        listed = store.list_sessions_page(journal.SessionPageRequest(limit=10)).sessions
+        assert [s.session_id for s in listed] == ["parent"]
+        with pytest.raises(journal.CorruptionError):
+            store.load("kid")
+        assert store.delete_sessions(["parent"]) is True
+        assert not os.path.exists(kid_dir)
+        assert store.load("parent") is None
+    finally:
+        store.close()
