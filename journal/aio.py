@@ -99,6 +99,9 @@ class AsyncStore:
     async def session_summary(self, session_id: str) -> SessionSummary | None:
         return await asyncio.to_thread(self.sync.session_summary, session_id)
 
+    async def child_sessions(self, session_id: str) -> list[SessionSummary]:
+        return await asyncio.to_thread(self.sync.child_sessions, session_id)
+
     async def session_metadata(self, session_id: str) -> dict[str, Any] | None:
         return await asyncio.to_thread(self.sync.session_metadata, session_id)
 

@@ -133,6 +133,7 @@ class Catalog:
         self._lock = threading.RLock()
         self.covered = 0
         self.summaries: dict[str, SessionSummary] = {}
+        self.children: dict[str, set[str]] = {}  # parent id -> listed sessions forked from it
         self.positions: dict[str, int] = {}
         self.keys: list[SortKey] = []
         self.by_owner: dict[str, list[SortKey]] = {}
@@ -169,7 +170,7 @@ class Catalog:
             if entry.summary is None:
                 continue
             sid = entry.session_id
-            self.summaries[sid] = entry.summary
+            self._set_summary(sid, entry.summary)
             self.positions[sid] = entry.covered
             self.execs[sid] = list(entry.executions)
             self.exec_seqs[sid] = {seq for seq, _ in entry.executions}
@@ -240,7 +241,7 @@ class Catalog:
             self._remove(sid)
         if r.summary is not None and r.covered >= self.positions.get(sid, -1):
             self._remove_keys(sid)
-            self.summaries[sid] = r.summary
+            self._set_summary(sid, r.summary)
             self.positions[sid] = r.covered
             key = sort_key(r.summary)
             bisect.insort(self.keys, key)
@@ -270,9 +271,27 @@ class Catalog:
             if not owner_keys:
                 del self.by_owner[old.session_context.owner_id]
 
+    def _set_summary(self, sid: str, summary: SessionSummary) -> None:
+        old = self.summaries.get(sid)
+        if old is not None and old.parent_session_id != summary.parent_session_id:
+            self._unlink_child(sid, old.parent_session_id)  # another incarnation of the id
+        self.summaries[sid] = summary
+        if summary.parent_session_id is not None:
+            self.children.setdefault(summary.parent_session_id, set()).add(sid)
+
+    def _unlink_child(self, sid: str, parent: str | None) -> None:
+        if parent is None or parent not in self.children:
+            return
+        siblings = self.children[parent]
+        siblings.discard(sid)
+        if not siblings:
+            del self.children[parent]
+
     def _remove(self, sid: str) -> None:
         self._remove_keys(sid)
-        self.summaries.pop(sid, None)
+        old = self.summaries.pop(sid, None)
+        if old is not None:
+            self._unlink_child(sid, old.parent_session_id)
         self.positions.pop(sid, None)
         self.exec_seqs.pop(sid, None)
         for seq, started in self.execs.pop(sid, []):
@@ -337,12 +356,14 @@ class Catalog:
             return None
 
     def children_of(self) -> dict[str, list[str]]:
+        """Every parent id and the listed sessions forked from it."""
         with self._lock:
-            tree: dict[str, list[str]] = {}
-            for sid, s in self.summaries.items():
-                if s.parent_session_id is not None:
-                    tree.setdefault(s.parent_session_id, []).append(sid)
-            return tree
+            return {parent: sorted(kids) for parent, kids in self.children.items()}
+
+    def child_summaries(self, parent_id: str) -> list[SessionSummary]:
+        """The listed sessions forked from `parent_id` (no order)."""
+        with self._lock:
+            return [self.summaries[sid] for sid in self.children.get(parent_id, ())]
 
     # ------------------------------------------------------------------ writing
     def append(self, records: Iterable[CatalogRecord]) -> None:

@@ -34,6 +34,7 @@ from .catalog import (
     CatalogRecord,
     ProcessRegistry,
     boot_changed,
+    sort_key,
 )
 from .errors import (
     ContractViolationError,
@@ -1030,6 +1031,24 @@ class Store:
                 updated_at=last.updated_at, sequence=last.sequence, session_id=last.session_id
             )
         return SessionPage(sessions=out, next_cursor=next_cursor)
+
+    @_guard
+    def child_sessions(self, session_id: str) -> list[SessionSummary]:
+        """Beyond mobius: the listed sessions forked directly from this one, in catalog
+        order ((`updated_at`, `sequence`, `session_id`) descending). Costs what the
+        answer costs (the catalog keeps each parent's children), not a walk of every
+        session; empty when the session has no children or does not exist."""
+        validate.validate_session_id(session_id)
+        self._reconcile_dead()
+        self.catalog.refresh()
+        pending = self.tree.pending_session_dirs()
+        kids = [
+            s
+            for s in self.catalog.child_summaries(session_id)
+            if not pending or dir_name(s.session_id) not in pending
+        ]
+        kids.sort(key=sort_key, reverse=True)
+        return kids
 
     @_guard
     def session_summary(self, session_id: str) -> SessionSummary | None:

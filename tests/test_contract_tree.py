@@ -693,6 +693,29 @@ def test_fork_keeps_historical_parent_sequence(store: Adapter) -> None:
     assert summaries(store)["p"].parent_session_id is None
 
 
+def test_child_sessions_lists_direct_forks_newest_first(store: Adapter) -> None:
+    """Beyond mobius: a session's direct children, from the catalog, in catalog order."""
+    _parent_with_history(store)
+    assert store.child_sessions("p") == []
+    first = store.fork("p", 1, checkpoint("c1", 0))
+    second = store.fork("p", 2, checkpoint("c2", 0))
+    store.fork("c1", 0, checkpoint("g1", 0))  # a grandchild is not a child of "p"
+    store.save(checkpoint("c1", 1))  # now c1 is the newest of the two
+    kids = store.child_sessions("p")
+    assert [k.session_id for k in kids] == ["c1", "c2"]
+    assert kids[0] == store.session_summary("c1") and kids[1] == second
+    assert first.parent_session_id == "p"
+    assert [k.session_id for k in store.child_sessions("c1")] == ["g1"]
+    assert store.child_sessions("nobody") == []
+    store.reopen()  # from the catalog's snapshot or log, not from this process's memory
+    assert [k.session_id for k in store.child_sessions("p")] == ["c1", "c2"]
+    assert store.delete_sessions(["c1"]) is True  # takes g1 with it
+    assert [k.session_id for k in store.child_sessions("p")] == ["c2"]
+    assert store.child_sessions("c1") == []
+    with pytest.raises(InvalidInputError):
+        store.child_sessions("")
+
+
 def test_fork_rejects_future_sequence(store: Adapter) -> None:
     _parent_with_history(store)
     with pytest.raises(ContractViolationError, match="newer than the parent"):

@@ -43,7 +43,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +89,7 @@ from journal.types import (
     JournalEvent,
     SessionContext,
     SessionPageRequest,
+    SessionSummary,
     TimestampedEvent,
 )
 
@@ -1567,22 +1568,31 @@ class JournalSaver(BaseCheckpointSaver[str]):
     def _thread_sessions(self, thread_id: str | None) -> list[tuple[str, str, str]]:
         """(sid, thread_id, ns) of every LangGraph session (of one thread, if given)."""
         out: list[tuple[str, str, str]] = []
-        root = self.session_id(thread_id) if thread_id is not None else None
-        cursor = None
-        while True:
-            page = self.store.list_sessions_page(SessionPageRequest(cursor=cursor, limit=500))
-            for s in page.sessions:
+
+        def take(summaries: Iterable[SessionSummary]) -> None:
+            for s in summaries:
                 if s.session_context.origin_label != ORIGIN_LABEL:
                     continue
                 parsed = self._parse_sid(s.session_id)
-                if parsed is None:
-                    continue
-                if root is not None and s.session_id != root and s.parent_session_id != root:
-                    continue
-                out.append((s.session_id, parsed[0], parsed[1]))
-            if page.next_cursor is None:
-                break
-            cursor = page.next_cursor
+                if parsed is not None:
+                    out.append((s.session_id, parsed[0], parsed[1]))
+
+        if thread_id is not None:
+            # The thread's root session and the sessions forked from it (its
+            # subgraph namespaces): what the catalog keeps per parent, not a walk
+            # of every session in the store.
+            root = self.session_id(thread_id)
+            summary = self.store.session_summary(root)
+            take([summary] if summary is not None else [])
+            take(self.store.child_sessions(root))
+        else:
+            cursor = None
+            while True:
+                page = self.store.list_sessions_page(SessionPageRequest(cursor=cursor, limit=500))
+                take(page.sessions)
+                if page.next_cursor is None:
+                    break
+                cursor = page.next_cursor
         out.sort(key=lambda t: (t[1], t[2]))
         return out
 
