@@ -169,7 +169,7 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
             lineage.append(parent)
             ps = store.session_summary(parent)
             parent = ps.parent_session_id if ps else None
-        children = sorted(store.catalog.children_of().get(args.session, []))
+        children = sorted(k.session_id for k in store.child_sessions(args.session))
         info = {
             "summary": summary,
             "events": sess.head.event_counter,
