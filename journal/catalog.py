@@ -36,6 +36,7 @@ from .cache import ReadCache
 from .errors import CorruptionError, JournalError, StorageError
 from .locks import FileLock
 from .log import KIND_CATALOG, Log, ScanState
+from .naming import dir_name
 from .record import CATALOG, frame
 from .types import SessionSummary
 
@@ -134,6 +135,7 @@ class Catalog:
         self.covered = 0
         self.summaries: dict[str, SessionSummary] = {}
         self.children: dict[str, set[str]] = {}  # parent id -> listed sessions forked from it
+        self.dir_names: set[str] = set()  # the directory names of the listed sessions
         self.positions: dict[str, int] = {}
         self.keys: list[SortKey] = []
         self.by_owner: dict[str, list[SortKey]] = {}
@@ -275,6 +277,8 @@ class Catalog:
         old = self.summaries.get(sid)
         if old is not None and old.parent_session_id != summary.parent_session_id:
             self._unlink_child(sid, old.parent_session_id)  # another incarnation of the id
+        if old is None:
+            self.dir_names.add(dir_name(sid))
         self.summaries[sid] = summary
         if summary.parent_session_id is not None:
             self.children.setdefault(summary.parent_session_id, set()).add(sid)
@@ -291,6 +295,7 @@ class Catalog:
         self._remove_keys(sid)
         old = self.summaries.pop(sid, None)
         if old is not None:
+            self.dir_names.discard(dir_name(sid))
             self._unlink_child(sid, old.parent_session_id)
         self.positions.pop(sid, None)
         self.exec_seqs.pop(sid, None)
@@ -359,6 +364,11 @@ class Catalog:
         """Every parent id and the listed sessions forked from it."""
         with self._lock:
             return {parent: sorted(kids) for parent, kids in self.children.items()}
+
+    def unlisted(self, names: Iterable[str]) -> set[str]:
+        """The directory names among `names` of no listed session."""
+        with self._lock:
+            return set(names) - self.dir_names
 
     def child_summaries(self, parent_id: str) -> list[SessionSummary]:
         """The listed sessions forked from `parent_id` (no order)."""
@@ -575,14 +585,16 @@ class ProcessRegistry:
         with contextlib.suppress(JournalError):
             fsio.unlink(path)
 
-    def close(self) -> None:
+    def close(self, *, keep: bool = False) -> None:
+        """Release the registration; `keep` leaves the file for the next open to
+        reconcile, as a dead process's (some catalog entries may be missing)."""
         registered = self._fd is not None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
         # A clean exit leaves nothing to reconcile: remove the file while still
         # holding its lock, so no probe takes it for a dead process's meanwhile.
-        if registered:
+        if registered and not keep:
             with contextlib.suppress(OSError):
                 os.unlink(self.path)
         self._lock.close()
@@ -616,15 +628,18 @@ def boot_changed(catalog_dir: str, root: str | None = None, *, record: bool = Tr
     call for re-checking every session.
     """
     path = os.path.join(catalog_dir, BOOT_FILE)
-    current = boot_id() if root is None else machine_and_place(root)
+    current = (boot_id() if root is None else machine_and_place(root)).strip()
     try:
         with open(path) as f:
             seen = f.read().strip()
     except FileNotFoundError:
         seen = None
-    if seen == current:
+    if seen == current and boot_id():
         return False
-    if record:
+    # Without a boot id (no /proc/sys/kernel/random/boot_id: not Linux) a reboot
+    # cannot be told from a restart, so every open counts as one: slower opens,
+    # but a power loss is never mistaken for a clean restart.
+    if record and seen != current:
         fsio.write_file(path, current.encode(), durable=False)
     return seen is not None
 

@@ -220,6 +220,10 @@ class Store:
         self.spares = SparePool(os.path.join(self.root, TMP_DIR))
         self.catalog = self._open_catalog()
         self._last_reconcile = 0.0
+        # Directory names of sessions whose commit is durable but whose catalog
+        # append failed (`_catalog_publish`): re-derived before the next listing,
+        # or left to the next open (`close`), so the catalog never stays behind.
+        self._unannounced: set[str] = set()
         self._startup_recovery()
 
     # ----------------------------------------------------------------- layout
@@ -816,7 +820,9 @@ class Store:
                 continue
 
     def _reconcile_dead(self, *, force: bool = False) -> None:
-        """Correct the catalog for sessions that a dead process wrote (throttled to 1/s)."""
+        """Correct the catalog for sessions that a dead process wrote (throttled to 1/s),
+        and for those whose catalog append failed here."""
+        self._announce_again()
         now = time.monotonic()
         if not force and now - self._last_reconcile < 1.0:
             return
@@ -825,6 +831,19 @@ class Store:
             self._reconcile(names)
             if not self.read_only:
                 self.registry.forget(path)
+
+    def _announce_again(self) -> None:
+        """Re-derive the entries whose catalog append failed (`_unannounced`)."""
+        with self._lock:
+            names, self._unannounced = sorted(self._unannounced), set()
+        if not names:
+            return
+        try:
+            self._reconcile(names)
+        except BaseException:
+            with self._lock:
+                self._unannounced.update(names)
+            raise
 
     def _reconcile(self, names: list[str]) -> None:
         """Re-derive the catalog entries of these session directories from their logs."""
@@ -893,16 +912,15 @@ class Store:
         The catalog leaves out a session it cannot read (damage is reported by
         reads and `verify`, not by listing), so it knows nothing of that child's
         parent; a delete of the parent must take it all the same. Its identity
-        file still names the parent. Costs one listing of `sessions/` (an
-        identity read only for the rare unlisted directory); a directory whose
-        identity is unreadable cannot be placed in the tree and stays.
+        file still names the parent. Costs one listing of `sessions/` and a set
+        difference with the directory names the catalog keeps (an identity read
+        only for the rare unlisted directory). A directory whose identity is
+        unreadable, or is not that session's directory (a stray copy under another
+        name), is not placed in the tree and stays.
         """
-        listed = {dir_name(sid) for sid in self.catalog.summaries}
-        pending = self.tree.pending_session_dirs()
         sessions = os.path.join(self.root, SESSIONS_DIR)
-        for name in os.listdir(sessions):
-            if name in listed or name in pending:
-                continue
+        unlisted = self.catalog.unlisted(os.listdir(sessions)) - self.tree.pending_session_dirs()
+        for name in sorted(unlisted):
             try:
                 ident = msgspec.msgpack.decode(
                     read_meta(Session.identity_file(os.path.join(sessions, name)), KIND_IDENTITY),
@@ -910,6 +928,8 @@ class Store:
                 )
             except (OSError, JournalError, msgspec.DecodeError):
                 continue
+            if dir_name(ident.session_id) != name:
+                continue  # not that session's directory (a stray copy): not its child
             parent = ident.parent_session_id
             if parent is not None and ident.session_id not in children.get(parent, ()):
                 children.setdefault(parent, []).append(ident.session_id)
@@ -984,18 +1004,24 @@ class Store:
     ) -> None:
         if summary is None:
             return
-        if rec is None:
-            self.catalog.append([CatalogRecord(OP_UPSERT, session_id, covered, summary)])
-            return
-        key = (sequence, rec.started_at_ms)
-        self.catalog.append(
-            [
+        records = [CatalogRecord(OP_UPSERT, session_id, covered, summary)]
+        if rec is not None:
+            key = (sequence, rec.started_at_ms)
+            records = [
                 CatalogRecord(OP_UPSERT, session_id, covered, summary, key),
                 CatalogRecord(
                     OP_EXECUTION, session_id, covered, None, key, record=_encode_execution(rec)
                 ),
             ]
-        )
+        try:
+            self.catalog.append(records)
+        except BaseException:
+            # The commit is durable already: the call fails, but the listing must
+            # not stay behind it (nor a retry be needed, which the sequence rule
+            # would refuse).
+            with self._lock:
+                self._unannounced.add(dir_name(session_id))
+            raise
 
     @_guard
     def list_sessions_page(self, request: SessionPageRequest) -> SessionPage:
@@ -1354,15 +1380,20 @@ class Store:
         if self._closed:
             return
         self.flush()
+        with contextlib.suppress(JournalError):
+            self._announce_again()
         with self._lock:
             sessions = list(self._sessions.values())
             self._sessions.clear()
             self._closed = True
+            behind = bool(self._unannounced)
         self._retire(sessions)  # those a call still uses are closed when it ends
         self.spares.close()
         self.catalog.close()
         self.tree.close()
-        self.registry.close()
+        # Catalog entries still missing: leave this process's registration behind,
+        # which the next open takes for a dead process's and reconciles.
+        self.registry.close(keep=behind)
 
     def __enter__(self) -> Store:
         return self

@@ -236,16 +236,21 @@ def _first_commit_damaged_with_data_after(root: Path) -> str:
         directory = store.session_dir("hurt")
     finally:
         store.close()
-    for name in os.listdir(directory):  # no caches: opening must read the log
+    _damage_first_record(directory)
+    return directory
+
+
+def _damage_first_record(directory: str) -> None:
+    """Flip a byte inside the first record's payload, with no cache files left (so
+    opening must read the log)."""
+    for name in os.listdir(directory):
         if name not in ("SESSION", "LOCK", LOG_DIR):
             os.unlink(os.path.join(directory, name))
-    segment = _segment(directory)
-    with open(segment, "r+b") as f:
-        f.seek(SEGMENT_HEADER_SIZE + 12)  # inside the first record's payload
+    with open(_segment(directory), "r+b") as f:
+        f.seek(SEGMENT_HEADER_SIZE + 12)
         byte = f.read(1)
         f.seek(SEGMENT_HEADER_SIZE + 12)
         f.write(bytes([byte[0] ^ 0xFF]))
-    return directory
 
 
 @pytest.mark.parametrize("lock_held", [False, True])
@@ -678,14 +683,7 @@ def test_deleting_a_parent_takes_a_damaged_child_the_catalog_does_not_list(
         kid_dir = store.session_dir("kid")
     finally:
         store.close()
-    for name in os.listdir(kid_dir):  # no caches: opening must read the log
-        if name not in ("SESSION", "LOCK", LOG_DIR):
-            os.unlink(os.path.join(kid_dir, name))
-    with open(_segment(kid_dir), "r+b") as f:  # the first record fails its checksum
-        f.seek(SEGMENT_HEADER_SIZE + 12)
-        byte = f.read(1)
-        f.seek(SEGMENT_HEADER_SIZE + 12)
-        f.write(bytes([byte[0] ^ 0xFF]))
+    _damage_first_record(kid_dir)
     shutil.rmtree(root / "catalog")  # derived data: rebuilt from the sessions on open
     store = journal.open(root)
     try:

@@ -956,6 +956,11 @@ class JournalSaver(BaseCheckpointSaver[str]):
         assert fp is not None
         at = fp.seq if fp.is_late else fp.late
         reads = 0
+        # Applied only once the whole chain is read: a chain given up on halfway
+        # (too long, or not what it should be) leaves the index as it was, instead
+        # of its first events applied and listed again at the next attempt.
+        below: list[JournalEvent] = []
+        chain: list[_Fp] = []
         while at > 0:
             reads += 1
             if reads > _MAX_LATE:
@@ -964,9 +969,12 @@ class JournalSaver(BaseCheckpointSaver[str]):
             if not efp.is_late or efp.late >= at:
                 raise _NoFastPath
             if at < idx.low:
-                self._apply(idx, ev, forward=False)
-            idx.late_fps.append(efp)
+                below.append(ev)
+            chain.append(efp)
             at = efp.late
+        for ev in below:
+            self._apply(idx, ev, forward=False)
+        idx.late_fps.extend(chain)
         idx.late_loaded = True
 
     def _locate(self, idx: _Index, checkpoint_id: str) -> int:
