@@ -1317,29 +1317,52 @@ class Harness:
         section.add(Row(label, "s", samples["journal"], samples["sqlite"], better="lower"))
 
     def w_fork(self, section: Section) -> None:
-        history = self.history(self.cfg.fork_parent_events)
-        point = history.saves // 2
         reps = self.cfg.reps
-        children = {
-            name: [fork_save(history.sim, f"fork-{name}-{rep}") for rep in range(reps)]
-            for name in SIDES
-        }
-        with self.both(history.roots, DURABLE) as sides:
+        rows: list[Row] = []
+        small = self.cfg.page_histories[0]
+        for events in (small, self.cfg.fork_parent_events):
+            history = self.history(events)
+            point = history.saves // 2
+            children = {
+                name: [fork_save(history.sim, f"fork-{name}-{rep}") for rep in range(reps)]
+                for name in SIDES
+            }
+            with self.both(history.roots, DURABLE) as sides:
 
-            def run(name: str, rep: int) -> float:
-                child = children[name][rep]
-                elapsed = timed(lambda: sides[name].fork(history.session_id, point, child))
-                sides[name].settle()
-                return elapsed
+                def run(
+                    name: str,
+                    rep: int,
+                    sides: dict[str, Side] = sides,
+                    history: History = history,
+                    point: int = point,
+                    children: dict[str, list[Save]] = children,
+                ) -> float:
+                    child = children[name][rep]
+                    elapsed = timed(lambda: sides[name].fork(history.session_id, point, child))
+                    sides[name].settle()
+                    return elapsed
 
-            samples = alternate(reps, SIDES, run)
-        label = f"fork at sequence {point} of a {history.events:,}-event parent"
-        section.add(Row(label, "s", samples["journal"], samples["sqlite"], better="lower"))
+                samples = alternate(reps, SIDES, run)
+            label = f"fork at sequence {point} of a {history.events:,}-event parent"
+            row = Row(label, "s", samples["journal"], samples["sqlite"], better="lower")
+            rows.append(section.add(row))
+        a, b = rows
+        section.add(
+            Row(
+                f"  time growth {small:,} -> {self.cfg.fork_parent_events:,} events",
+                "x",
+                [statistics.median(b.journal) / statistics.median(a.journal)],
+                [statistics.median(b.sqlite) / statistics.median(a.sqlite)],
+                ratio=False,
+                note="1.00x = flat",
+            )
+        )
         section.notes.append(
             f"{DURABLE.legend}; the child is a clean sequence-0 checkpoint with 10 of the "
-            "parent's transcript items; parent built in os/NORMAL mode. journal prepares a "
+            "parent's transcript items; parents built in os/NORMAL mode. journal prepares a "
             "spare session directory in the background after a fork; the harness waits for "
-            "it (untimed) before the other side's turn. The first fork finds no spare"
+            "it (untimed) before the other side's turn. The first fork of each parent's "
+            "store finds no spare"
         )
 
     def w_delete(self, section: Section) -> None:
