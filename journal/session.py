@@ -30,7 +30,7 @@ import msgspec
 
 from . import eventrules, fsio, payloads
 from .cache import ReadCache
-from .context import plan_context
+from .context import msgpack_array_header, plan_context
 from .errors import (
     ContractViolationError,
     CorruptionError,
@@ -1155,9 +1155,12 @@ class Session:
             head = self.head
             if head.header is None:
                 return None
-            header, context = bytes(head.header), [bytes(r) for r in head.context]
+            header = bytes(head.header)
+            # One decode of the items joined as one array: a C loop, where a decode
+            # call per item cost about 40% more for a context of 150 items.
+            context = msgpack_array_header(len(head.context)) + b"".join(head.context)
         cp = _decode_checkpoint(header)
-        cp.context = [_decode_any(c) for c in context]
+        cp.context = _decode_any(context)
         return cp
 
     def receipt(self, submission_id: str) -> bool:
@@ -1376,7 +1379,8 @@ class Session:
             chunks.append(q.items[:take])
             base, prev = q.base, q.prev_ctx
         cp = _decode_checkpoint(bytes(p.header))
-        cp.context = [_decode_any(bytes(i)) for chunk in reversed(chunks) for i in chunk]
+        items = [i for chunk in reversed(chunks) for i in chunk]
+        cp.context = _decode_any(msgpack_array_header(len(items)) + b"".join(items))
         return cp
 
     def close(self) -> None:
