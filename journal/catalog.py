@@ -608,14 +608,15 @@ def boot_id() -> str:
         return ""
 
 
-def machine_and_place(root: str) -> str:
-    """The boot id and the store directory's identity (device and inode), as one line."""
+def machine_and_place(root: str, boot: str | None = None) -> str:
+    """The boot id (`boot`, else read now) and the store directory's identity
+    (device and inode), as one line."""
     try:
         st = os.stat(root)
         place = f"{st.st_dev}:{st.st_ino}"
     except OSError:
         place = ""
-    return f"{boot_id()} {place}"
+    return f"{boot_id() if boot is None else boot} {place}"
 
 
 def boot_changed(catalog_dir: str, root: str | None = None, *, record: bool = True) -> bool:
@@ -628,13 +629,14 @@ def boot_changed(catalog_dir: str, root: str | None = None, *, record: bool = Tr
     call for re-checking every session.
     """
     path = os.path.join(catalog_dir, BOOT_FILE)
-    current = (boot_id() if root is None else machine_and_place(root)).strip()
+    boot = boot_id()
+    current = (boot if root is None else machine_and_place(root, boot)).strip()
     try:
         with open(path) as f:
             seen = f.read().strip()
     except FileNotFoundError:
         seen = None
-    if seen == current and boot_id():
+    if seen == current and boot:
         return False
     # Without a boot id (no /proc/sys/kernel/random/boot_id: not Linux) a reboot
     # cannot be told from a restart, so every open counts as one: slower opens,
