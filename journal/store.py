@@ -1380,8 +1380,8 @@ class Store:
         if self._closed:
             return
         self.flush()
-        with contextlib.suppress(JournalError):
-            self._announce_again()
+        with contextlib.suppress(JournalError, OSError):
+            self._announce_again()  # what still fails is left to the next open (below)
         with self._lock:
             sessions = list(self._sessions.values())
             self._sessions.clear()
