@@ -16,6 +16,7 @@ they know ("refresh") and never see bytes that a commit record does not close.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
@@ -977,7 +978,15 @@ class Session:
             head.rules = rules
             self.after_commit()
             if on_commit is not None:
-                on_commit()
+                try:
+                    on_commit()
+                except BaseException:
+                    # The commit is visible already: make it durable before the call
+                    # fails, as any commit is (found by review: it stayed unsynced).
+                    # A failing sync poisons the log, so later writes report it.
+                    with contextlib.suppress(JournalError):
+                        self.wait_durable(end)
+                    raise
         self.wait_durable(end)
         return journal
 

@@ -18,7 +18,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, TypeVar, cast
 
 import msgspec
@@ -221,9 +221,11 @@ class Store:
         self.catalog = self._open_catalog()
         self._last_reconcile = 0.0
         # Directory names of sessions whose commit is durable but whose catalog
-        # append failed (`_catalog_publish`): re-derived before the next listing,
-        # or left to the next open (`close`), so the catalog never stays behind.
-        self._unannounced: set[str] = set()
+        # append failed (`_catalog_publish`), each with a count of such failures:
+        # re-derived before the next listing, or left to the next open (`close`),
+        # so the catalog never stays behind for good.
+        self._unannounced: dict[str, int] = {}
+        self._announce_lock = threading.Lock()
         self._startup_recovery()
 
     # ----------------------------------------------------------------- layout
@@ -804,7 +806,7 @@ class Store:
             names = os.listdir(os.path.join(self.root, SESSIONS_DIR))
             names.extend(dir_name(sid) for sid in list(self.catalog.summaries))
             if names:
-                self._reconcile(names)
+                self._keep_for_later(self._reconcile(names))
         self._reconcile_dead(force=True)
 
     def _clean_tmp(self) -> None:
@@ -821,32 +823,53 @@ class Store:
 
     def _reconcile_dead(self, *, force: bool = False) -> None:
         """Correct the catalog for sessions that a dead process wrote (throttled to 1/s),
-        and for those whose catalog append failed here."""
+        and for those whose catalog append failed here. Best effort: what cannot be
+        settled now (the catalog busy or failing) is kept for a later call, and the
+        listing goes on with the catalog as it is."""
         self._announce_again()
         now = time.monotonic()
         if not force and now - self._last_reconcile < 1.0:
             return
         self._last_reconcile = now
         for path, names in self.registry.dead_registrations():
-            self._reconcile(names)
-            if not self.read_only:
+            try:
+                unsettled = self._reconcile(names)
+            except (OSError, JournalError):
+                continue  # its file stays: tried again later
+            if not self.read_only and not unsettled:
                 self.registry.forget(path)
 
     def _announce_again(self) -> None:
-        """Re-derive the entries whose catalog append failed (`_unannounced`)."""
-        with self._lock:
-            names, self._unannounced = sorted(self._unannounced), set()
-        if not names:
-            return
-        try:
-            self._reconcile(names)
-        except BaseException:
+        """Re-derive the entries whose catalog append failed (`_unannounced`), one
+        caller at a time; a name leaves the set only once settled, and only if no
+        new failure for it came meanwhile (its generation is unchanged)."""
+        with self._announce_lock:
             with self._lock:
-                self._unannounced.update(names)
-            raise
+                pending = dict(self._unannounced)
+            if not pending:
+                return
+            try:
+                unsettled = self._reconcile(sorted(pending))
+            except (OSError, JournalError):
+                return  # all kept for the next call, or the next open (`close`)
+            with self._lock:
+                for name, generation in pending.items():
+                    if name not in unsettled and self._unannounced.get(name) == generation:
+                        del self._unannounced[name]
 
-    def _reconcile(self, names: list[str]) -> None:
-        """Re-derive the catalog entries of these session directories from their logs."""
+    def _reconcile(self, names: list[str]) -> set[str]:
+        """Re-derive the catalog entries of these session directories from their logs.
+
+        Returns the names it could not settle for a reason other than damage (an
+        I/O error, a busy lock): a caller that must not lose them tries again.
+        Damage is reported by reads and `verify`, not by listing.
+        """
+        unsettled: set[str] = set()
+
+        def failed(name: str, exc: BaseException) -> None:
+            if not isinstance(exc, CorruptionError | msgspec.DecodeError | FileNotFoundError):
+                unsettled.add(name)
+
         self.catalog.refresh()
         by_name = {dir_name(sid): sid for sid in self.catalog.summaries}
         pending = self.tree.pending_session_dirs()
@@ -864,8 +887,9 @@ class Store:
                 ident = msgspec.msgpack.decode(
                     read_meta(Session.identity_file(path), KIND_IDENTITY), type=SessionIdentity
                 )
-            except (FileNotFoundError, JournalError, msgspec.DecodeError):
-                continue  # a damaged session is reported by verify, not by listing
+            except (OSError, JournalError, msgspec.DecodeError) as exc:
+                failed(name, exc)
+                continue
             try:
                 sess = self._session(ident.session_id)
                 if sess is None:  # discarded as unfinished, or being deleted
@@ -874,18 +898,21 @@ class Store:
                     continue
                 sess.refresh()
                 summary, covered = self._summary_of(sess)
-            except JournalError:
-                continue  # a damaged session is reported by verify, not by listing
+            except (OSError, JournalError) as exc:
+                failed(name, exc)
+                continue
             position = self.catalog.positions.get(ident.session_id)
             if (summary is None and ident.session_id in self.catalog.summaries) or (
                 position is not None and position > covered
             ):
                 # The catalog is ahead of the log (a commit it shows is not there).
-                with contextlib.suppress(JournalError):
+                try:
                     if self.read_only:
                         self._reset_in_memory(sess)
                     else:
                         self._reset_entry(sess)
+                except (OSError, JournalError) as exc:
+                    failed(name, exc)
                 continue
             if summary is None:
                 continue
@@ -899,12 +926,14 @@ class Store:
                 continue
             try:
                 executions = self._all_executions(sess)
-            except JournalError:
-                continue  # damage in the execution journal: reported when it is read
+            except (OSError, JournalError) as exc:
+                failed(name, exc)
+                continue
             records.append(
                 CatalogRecord(OP_UPSERT, ident.session_id, covered, summary, executions=executions)
             )
         self.catalog.append(records)
+        return unsettled
 
     def _add_unlisted_children(self, children: dict[str, list[str]]) -> None:
         """Add the parent links of session directories the catalog does not list.
@@ -1016,12 +1045,30 @@ class Store:
         try:
             self.catalog.append(records)
         except BaseException:
-            # The commit is durable already: the call fails, but the listing must
-            # not stay behind it (nor a retry be needed, which the sequence rule
-            # would refuse).
-            with self._lock:
-                self._unannounced.add(dir_name(session_id))
+            # The commit is written (and made durable before the call raises): the
+            # call fails, but the listing must not stay behind it (nor a retry be
+            # needed, which the sequence rule would refuse).
+            self._not_announced([session_id])
             raise
+
+    def _catalog_forget(self, session_ids: Sequence[str]) -> None:
+        """A delete's catalog records: appended once the directories are in the trash
+        and before the intent is retired, so that no reader finds the sessions
+        gone (no intent, no directory) while the catalog still lists them. The
+        delete is done either way: a failure leaves it to be re-derived."""
+        try:
+            self.catalog.append([CatalogRecord(OP_DELETE, sid, -1) for sid in session_ids])
+        except JournalError:
+            self._not_announced(session_ids)
+
+    def _not_announced(self, session_ids: Iterable[str]) -> None:
+        self._keep_for_later(dir_name(sid) for sid in session_ids)
+
+    def _keep_for_later(self, names: Iterable[str]) -> None:
+        """Session directories whose catalog entries must be re-derived later."""
+        with self._lock:
+            for name in names:
+                self._unannounced[name] = self._unannounced.get(name, 0) + 1
 
     @_guard
     def list_sessions_page(self, request: SessionPageRequest) -> SessionPage:
@@ -1314,7 +1361,9 @@ class Store:
                 )
                 intent_path, owner = self.tree.write_intent(intent)
                 try:
-                    self.tree.carry_out(intent_path, intent)
+                    self.tree.carry_out(
+                        intent_path, intent, before_retiring=lambda: self._catalog_forget(closure)
+                    )
                 finally:
                     owner.close()
             finally:
@@ -1325,7 +1374,6 @@ class Store:
                     else:
                         item.release()
                         item.close()
-            self.catalog.append([CatalogRecord(OP_DELETE, sid, -1) for sid in closure])
             with self._lock:
                 gone = [self._sessions.pop(sid, None) for sid in closure]
             self._retire(gone)
@@ -1342,10 +1390,8 @@ class Store:
             # intent, not yet locked by its owner, for an orphan.
             finished = False
             for path, intent in self.tree.orphaned_intents():
-                self.tree.carry_out(path, intent)
-                self.catalog.append(
-                    [CatalogRecord(OP_DELETE, sid, -1) for sid in intent.session_ids]
-                )
+                forget = functools.partial(self._catalog_forget, intent.session_ids)
+                self.tree.carry_out(path, intent, before_retiring=forget)
                 with self._lock:
                     gone = [self._sessions.pop(sid, None) for sid in intent.session_ids]
                 self._retire(gone)
@@ -1380,8 +1426,7 @@ class Store:
         if self._closed:
             return
         self.flush()
-        with contextlib.suppress(JournalError, OSError):
-            self._announce_again()  # what still fails is left to the next open (below)
+        self._announce_again()  # what still fails is left to the next open (below)
         with self._lock:
             sessions = list(self._sessions.values())
             self._sessions.clear()

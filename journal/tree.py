@@ -29,7 +29,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import msgspec
@@ -127,8 +127,15 @@ class Tree:
         owner.try_acquire()
         return path, owner
 
-    def carry_out(self, path: str, intent: DeleteIntent) -> None:
-        """Move every named directory to the trash, then retire the intent (idempotent)."""
+    def carry_out(
+        self,
+        path: str,
+        intent: DeleteIntent,
+        *,
+        before_retiring: Callable[[], None] | None = None,
+    ) -> None:
+        """Move every named directory to the trash, run `before_retiring` (the
+        catalog's delete records), then retire the intent (idempotent)."""
         tag = os.path.basename(path)[len(INTENT_PREFIX) :]
         touched: list[str] = []
         for sub, names in (("sessions", intent.session_dirs), ("state", intent.state_dirs)):
@@ -143,6 +150,8 @@ class Tree:
             # Both ends of every rename, concurrently: only retiring the intent
             # (below) must wait for them all.
             fsio.sync_all(data_files=[], files=[], dirs=[*touched, self.trash])
+        if before_retiring is not None:
+            before_retiring()
         fsio.unlink(path)
         fsio.sync_dir(self.txn)
         lock_path = path + ".lock"

@@ -77,10 +77,10 @@ def test_recent_executions_skips_a_session_under_a_delete_intent(
     reached, gate = threading.Event(), threading.Event()
     original = Tree.carry_out
 
-    def paused(self, path, intent):  # type: ignore[no-untyped-def]
+    def paused(self, path, intent, **kwargs):  # type: ignore[no-untyped-def]
         reached.set()
         gate.wait(10)
-        return original(self, path, intent)
+        return original(self, path, intent, **kwargs)
 
     monkeypatch.setattr(Tree, "carry_out", paused)
     deleter = journal.open(root)
