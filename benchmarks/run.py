@@ -404,6 +404,18 @@ class Section:
         return row
 
 
+def growth_row(label: str, small: Row, large: Row) -> Row:
+    """How much each side's median time grew from the `small` row to the `large` one."""
+    return Row(
+        label,
+        "x",
+        [statistics.median(large.journal) / statistics.median(small.journal)],
+        [statistics.median(large.sqlite) / statistics.median(small.sqlite)],
+        ratio=False,
+        note="1.00x = flat",
+    )
+
+
 def fmt_time(seconds: float) -> str:
     for scale, unit in ((1e-6, "µs"), (1e-3, "ms"), (1.0, "s")):
         value = seconds / scale
@@ -1069,16 +1081,8 @@ class Harness:
                             200,
                         )
         for where in ("newest", "deep"):
-            a, b = rows[(small, where)], rows[(large, where)]
-            growth = Row(
-                f"  time growth {small:,} -> {large:,} events ({where})",
-                "x",
-                [statistics.median(b.journal) / statistics.median(a.journal)],
-                [statistics.median(b.sqlite) / statistics.median(a.sqlite)],
-                ratio=False,
-                note="1.00x = flat",
-            )
-            section.add(growth)
+            label = f"  time growth {small:,} -> {large:,} events ({where})"
+            section.add(growth_row(label, rows[(small, where)], rows[(large, where)]))
         section.notes.append(
             "histories built untimed in os/NORMAL mode with save_with_events batches of 1,000 "
             "~1 KiB tool-call events; reads are the same in both modes; warm page cache; "
@@ -1346,17 +1350,8 @@ class Harness:
             label = f"fork at sequence {point} of a {history.events:,}-event parent"
             row = Row(label, "s", samples["journal"], samples["sqlite"], better="lower")
             rows.append(section.add(row))
-        a, b = rows
-        section.add(
-            Row(
-                f"  time growth {small:,} -> {self.cfg.fork_parent_events:,} events",
-                "x",
-                [statistics.median(b.journal) / statistics.median(a.journal)],
-                [statistics.median(b.sqlite) / statistics.median(a.sqlite)],
-                ratio=False,
-                note="1.00x = flat",
-            )
-        )
+        label = f"  time growth {small:,} -> {self.cfg.fork_parent_events:,} events"
+        section.add(growth_row(label, *rows))
         section.notes.append(
             f"{DURABLE.legend}; the child is a clean sequence-0 checkpoint with 10 of the "
             "parent's transcript items; parents built in os/NORMAL mode. journal prepares a "

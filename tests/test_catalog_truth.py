@@ -6,6 +6,7 @@ and when deleting a parent finds children it does not list.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -509,6 +511,24 @@ def test_a_transient_error_while_reannouncing_is_tried_again(
             reopened.close()
 
 
+@contextlib.contextmanager
+def _catalog_lock_held_elsewhere(root: Path) -> Iterator[None]:
+    """Another process holds the catalog's lock until the block ends."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_CATALOG_LOCK, str(root / "catalog" / "LOCK")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        yield
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(10)
+
+
 _HOLD_CATALOG_LOCK = textwrap.dedent(
     """
     import fcntl, sys, time
@@ -528,31 +548,23 @@ def test_listings_still_answer_while_the_catalog_cannot_be_written(tmp_path: Pat
     store = journal.open(root, lock_timeout=0.3)
     store.save(Checkpoint.empty("p", owner_id="o"))
     store.fork("p", 0, Checkpoint.empty("kid", owner_id="o"))
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD_CATALOG_LOCK, str(root / "catalog" / "LOCK")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        with pytest.raises(journal.LockTimeoutError):
-            store.save(Checkpoint.empty("y", owner_id="o"))  # commit durable, append failed
-        errors = []
-        for name, call in [
-            ("list_sessions_page", lambda: _listed(store)),
-            ("child_sessions", lambda: store.child_sessions("p")),
-            ("recent_executions", lambda: store.recent_executions(5)),
-        ]:
-            try:
-                call()
-            except journal.JournalError as exc:
-                errors.append(f"{name}: {type(exc).__name__}")
-        assert not errors, f"read-only listing calls now fail: {errors}"
+        with _catalog_lock_held_elsewhere(root):
+            with pytest.raises(journal.LockTimeoutError):
+                store.save(Checkpoint.empty("y", owner_id="o"))  # committed, append failed
+            errors = []
+            for name, call in [
+                ("list_sessions_page", lambda: _listed(store)),
+                ("child_sessions", lambda: store.child_sessions("p")),
+                ("recent_executions", lambda: store.recent_executions(5)),
+            ]:
+                try:
+                    call()
+                except journal.JournalError as exc:
+                    errors.append(f"{name}: {type(exc).__name__}")
+            assert not errors, f"read-only listing calls now fail: {errors}"
+        assert _listed(store) == {"p", "kid", "y"}  # re-derived once the catalog works
     finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(10)
         store.close()
 
 
@@ -609,14 +621,7 @@ def test_an_open_succeeds_while_the_catalog_is_busy_with_a_kept_registration(
     root = tmp_path / "s"
     store = journal.open(root, lock_timeout=0.3)
     store.save(Checkpoint.empty("p", owner_id="o"))
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD_CATALOG_LOCK, str(root / "catalog" / "LOCK")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with _catalog_lock_held_elsewhere(root):
         with pytest.raises(journal.LockTimeoutError):
             store.save(Checkpoint.empty("y", owner_id="o"))
         store.close()
@@ -626,7 +631,9 @@ def test_an_open_succeeds_while_the_catalog_is_busy_with_a_kept_registration(
         except journal.JournalError as exc:
             pytest.fail(f"journal.open failed: {type(exc).__name__}: {exc}")
         other.close()
+    reopened = journal.open(root)  # the catalog works again: the kept file is reconciled
+    try:
+        assert _listed(reopened) == {"p", "y"}
+        assert not os.listdir(root / "procs")
     finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(10)
+        reopened.close()
