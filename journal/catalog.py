@@ -651,6 +651,20 @@ def boot_changed(catalog_dir: str, root: str | None = None, *, record: bool = Tr
     return seen is not None
 
 
+def record_boot(catalog_dir: str, root: str) -> None:
+    """Remember this boot and place, once the re-check `boot_changed` called for is
+    done (written only when it differs)."""
+    path = os.path.join(catalog_dir, BOOT_FILE)
+    current = machine_and_place(root, boot_id()).strip()
+    try:
+        with open(path) as f:
+            if f.read().strip() == current:
+                return
+    except FileNotFoundError:
+        pass
+    fsio.write_file(path, current.encode(), durable=False)
+
+
 def _decode_record(payload: bytes, pos: int) -> CatalogRecord:
     try:
         return _decode(payload)

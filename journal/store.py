@@ -34,6 +34,7 @@ from .catalog import (
     CatalogRecord,
     ProcessRegistry,
     boot_changed,
+    record_boot,
     sort_key,
 )
 from .errors import (
@@ -42,6 +43,7 @@ from .errors import (
     FormatVersionError,
     InvalidInputError,
     JournalError,
+    LockTimeoutError,
     NotFoundError,
     StorageError,
     UnfinishedSessionError,
@@ -225,7 +227,8 @@ class Store:
         # re-derived before the next listing, or left to the next open (`close`),
         # so the catalog never stays behind for good.
         self._unannounced: dict[str, int] = {}
-        self._announce_lock = threading.Lock()
+        self._announce_tried: dict[str, int] = {}  # left unsettled by the last attempt
+        self._announce_retry_at = 0.0
         self._startup_recovery()
 
     # ----------------------------------------------------------------- layout
@@ -495,6 +498,8 @@ class Store:
             sess = self._session(cp.session_id)
             if sess is not None:
                 return self._save_existing(sess, cp, items, rec, evs, now)
+            if self._wait_for_delete(cp.session_id):
+                continue
             journal = self._first_save(cp, items, rec, evs, now)
             if journal is None:  # another thread or process created the session first
                 continue
@@ -522,6 +527,17 @@ class Store:
             now=now,
             on_commit=lambda: self._catalog_upsert(sess, cp.sequence, rec),
         )
+
+    def _wait_for_delete(self, session_id: str) -> bool:
+        """If a delete is still taking this id's directory away, wait until it is done
+        and say so. Creating the id meanwhile published a new session that the
+        delete's catalog records then unlisted, or that its roll-forward after a
+        crash moved to the trash, acknowledged save and all (found by review)."""
+        if dir_name(session_id) not in self.tree.pending_session_dirs():
+            return False
+        with self.tree.locked():  # a live deleter holds it until its delete is done
+            self._finish_orphaned_deletes()  # a dead one's is finished here
+        return True
 
     def _first_save(
         self,
@@ -800,13 +816,22 @@ class Store:
             self._clean_tmp()
             if os.listdir(self.tree.trash):
                 self.tree.empty_trash_soon()  # left by a process that exited meanwhile
-        changed = boot_changed(self.catalog.dir, self.root, record=not self.read_only)
+        changed = boot_changed(self.catalog.dir, self.root, record=False)
+        settled = True
         if changed or self.catalog.fresh:
             # Every directory, and every session the catalog names (it may have none).
             names = os.listdir(os.path.join(self.root, SESSIONS_DIR))
             names.extend(dir_name(sid) for sid in list(self.catalog.summaries))
-            if names:
-                self._keep_for_later(self._reconcile(names))
+            try:
+                unsettled = self._reconcile(names) if names else set()
+            except (OSError, JournalError):  # the catalog busy or failing: next open
+                unsettled = set(names)
+            self._keep_for_later(unsettled)
+            settled = not unsettled
+        if settled and not self.read_only:
+            # Only now: a re-check that was cut short (a kill, a busy lock) is done
+            # again by the next open instead of being taken for done.
+            record_boot(self.catalog.dir, self.root)
         self._reconcile_dead(force=True)
 
     def _clean_tmp(self) -> None:
@@ -840,22 +865,31 @@ class Store:
                 self.registry.forget(path)
 
     def _announce_again(self) -> None:
-        """Re-derive the entries whose catalog append failed (`_unannounced`), one
-        caller at a time; a name leaves the set only once settled, and only if no
-        new failure for it came meanwhile (its generation is unchanged)."""
-        with self._announce_lock:
-            with self._lock:
-                pending = dict(self._unannounced)
-            if not pending:
+        """Re-derive the entries whose catalog append failed (`_unannounced`).
+
+        A name leaves the set only once settled, and only if no new failure for
+        it came meanwhile (its generation is unchanged): a caller racing another
+        one re-derives it too instead of listing without it. Names an attempt
+        could not settle are tried again at most once a second (a new failure is
+        tried at once), as dead processes' registrations are.
+        """
+        with self._lock:
+            pending = dict(self._unannounced)
+            if not pending or (
+                time.monotonic() < self._announce_retry_at
+                and pending.items() <= self._announce_tried.items()
+            ):
                 return
-            try:
-                unsettled = self._reconcile(sorted(pending))
-            except (OSError, JournalError):
-                return  # all kept for the next call, or the next open (`close`)
-            with self._lock:
-                for name, generation in pending.items():
-                    if name not in unsettled and self._unannounced.get(name) == generation:
-                        del self._unannounced[name]
+        try:
+            unsettled = self._reconcile(sorted(pending))
+        except (OSError, JournalError):
+            unsettled = set(pending)  # all kept for the next call, or the next open
+        with self._lock:
+            for name, generation in pending.items():
+                if name not in unsettled and self._unannounced.get(name) == generation:
+                    del self._unannounced[name]
+            self._announce_tried = {n: g for n, g in pending.items() if n in unsettled}
+            self._announce_retry_at = time.monotonic() + 1.0
 
     def _reconcile(self, names: list[str]) -> set[str]:
         """Re-derive the catalog entries of these session directories from their logs.
@@ -867,7 +901,10 @@ class Store:
         unsettled: set[str] = set()
 
         def failed(name: str, exc: BaseException) -> None:
-            if not isinstance(exc, CorruptionError | msgspec.DecodeError | FileNotFoundError):
+            # Only what may pass (a busy lock, an I/O error) is worth trying again;
+            # damage, a newer format, a vanished directory are final answers.
+            transient = isinstance(exc, LockTimeoutError | StorageError | OSError)
+            if transient and not isinstance(exc, FileNotFoundError):
                 unsettled.add(name)
 
         self.catalog.refresh()
@@ -876,6 +913,7 @@ class Store:
         records: list[CatalogRecord] = []
         for name in dict.fromkeys(names):
             if name in pending:
+                unsettled.add(name)  # its delete is not finished: look again after it
                 continue
             path = os.path.join(self.root, SESSIONS_DIR, name)
             sid = by_name.get(name)
@@ -1065,10 +1103,17 @@ class Store:
         self._keep_for_later(dir_name(sid) for sid in session_ids)
 
     def _keep_for_later(self, names: Iterable[str]) -> None:
-        """Session directories whose catalog entries must be re-derived later."""
+        """Session directories whose catalog entries must be re-derived later: by this
+        process before its next listing, or, should it close or die first, by the
+        next open, which reconciles every name in this process's registration."""
+        names = list(names)
         with self._lock:
             for name in names:
                 self._unannounced[name] = self._unannounced.get(name, 0) + 1
+        if not self.read_only:
+            for name in names:
+                with contextlib.suppress(OSError, JournalError):
+                    self.registry.note(name)
 
     @_guard
     def list_sessions_page(self, request: SessionPageRequest) -> SessionPage:
@@ -1381,7 +1426,10 @@ class Store:
             return True
 
     def _finish_orphaned_deletes(self) -> None:
-        """Roll forward deletes whose process died after its intent became durable."""
+        """Roll forward deletes whose process died after its intent became durable
+        (a read-only store only treats their sessions as absent)."""
+        if self.read_only:
+            return
         orphans = self.tree.orphaned_intents()
         if not orphans:
             return
@@ -1390,6 +1438,8 @@ class Store:
             # intent, not yet locked by its owner, for an orphan.
             finished = False
             for path, intent in self.tree.orphaned_intents():
+                for sid in intent.session_ids:  # re-checked by the next open if we die
+                    self.registry.note(dir_name(sid))
                 forget = functools.partial(self._catalog_forget, intent.session_ids)
                 self.tree.carry_out(path, intent, before_retiring=forget)
                 with self._lock:
