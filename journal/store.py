@@ -12,6 +12,7 @@ session id to its directory, and translates failures into `JournalError`s.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import shutil
@@ -901,10 +902,12 @@ class Store:
         unsettled: set[str] = set()
 
         def failed(name: str, exc: BaseException) -> None:
-            # Only what may pass (a busy lock, an I/O error) is worth trying again;
-            # damage, a newer format, a vanished directory are final answers.
-            transient = isinstance(exc, LockTimeoutError | StorageError | OSError)
-            if transient and not isinstance(exc, FileNotFoundError):
+            # Only what passes by itself (a busy lock, a full descriptor table, an
+            # interrupted call) is worth trying again. Damage, a format from
+            # elsewhere, a vanished directory, and lasting I/O errors (EIO, EACCES)
+            # are final answers: retrying them kept BOOT unrecorded and a procs/
+            # file more at every open (found by review).
+            if _transient(exc):
                 unsettled.add(name)
 
         self.catalog.refresh()
@@ -1516,6 +1519,22 @@ def _close_quietly(sessions: Sequence[Session]) -> None:
     for sess in sessions:
         with contextlib.suppress(JournalError, OSError):
             sess.close()
+
+
+_TRANSIENT_ERRNOS = frozenset(
+    {errno.EAGAIN, errno.EBUSY, errno.EINTR, errno.EMFILE, errno.ENFILE, errno.ENOMEM}
+)
+
+
+def _transient(exc: BaseException) -> bool:
+    """Whether a failure may pass by itself: a lock timeout, or an OS error (or a
+    StorageError raised from one) whose errno says so."""
+    if isinstance(exc, LockTimeoutError):
+        return True
+    for err in (exc, exc.__cause__):
+        if isinstance(err, OSError) and err.errno in _TRANSIENT_ERRNOS:
+            return True
+    return False
 
 
 def _announce_while(syncing: fsio.Syncing, announce: Callable[[], None]) -> None:
