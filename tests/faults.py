@@ -25,14 +25,17 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
+import journal
 from journal import (
     Checkpoint,
     Event,
@@ -372,3 +375,26 @@ def exit_code_of_child(pid: int, *, seconds: float, hung: str) -> int:
             os.waitpid(pid, 0)
             pytest.fail(hung)
         time.sleep(0.01)
+
+
+def catalog_outlived_a_save(root: Path, scratch: Path, save: Callable[[Store], object]) -> None:
+    """Leave `root` as a power loss during `save` could: every file as before it, but
+    the catalog as `save` left it (its unsynced records kept, the rest lost), in the
+    same directory (same inode, as after a reboot)."""
+    before = scratch / "before"
+    shutil.copytree(root, before)
+    with journal.open(root) as store:
+        save(store)
+    after_catalog = scratch / "catalog-after"
+    shutil.copytree(root / "catalog", after_catalog)
+    for name in os.listdir(root):
+        path = root / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    for name in os.listdir(before):
+        src = before / name
+        if name == "catalog":
+            shutil.copytree(after_catalog, root / name)
+        elif src.is_dir():
+            shutil.copytree(src, root / name)
+        else:
+            shutil.copy2(src, root / name)

@@ -9,13 +9,13 @@ save of x@1, with the catalog as that save left it (the catalog ahead of x's log
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from faults import catalog_outlived_a_save
 
 import journal
 from journal import Checkpoint
@@ -39,25 +39,9 @@ def _power_loss_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "s"
     with journal.open(root) as store:
         store.save(Checkpoint.empty("x", owner_id="o"))
-    before = tmp_path / "before"
-    shutil.copytree(root, before)
-    with journal.open(root) as store:
-        x1 = Checkpoint.empty("x", owner_id="o")
-        x1.sequence = 1
-        store.save(x1)
-    after_catalog = tmp_path / "catalog-after"
-    shutil.copytree(root / "catalog", after_catalog)
-    for name in os.listdir(root):
-        p = root / name
-        shutil.rmtree(p) if p.is_dir() else p.unlink()
-    for name in os.listdir(before):
-        src = before / name
-        if name == "catalog":
-            shutil.copytree(after_catalog, root / name)
-        elif src.is_dir():
-            shutil.copytree(src, root / name)
-        else:
-            shutil.copy2(src, root / name)
+    x1 = Checkpoint.empty("x", owner_id="o")
+    x1.sequence = 1
+    catalog_outlived_a_save(root, tmp_path, lambda s: s.save(x1))
     monkeypatch.setattr(jc, "boot_id", lambda: "after-the-reboot")
     return root
 

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from faults import catalog_outlived_a_save
 
 import journal
 from journal import Checkpoint
@@ -295,24 +296,7 @@ def test_a_catalog_entry_that_outlived_a_lost_creation_is_dropped_after_reboot(
     store = journal.open(root)
     store.save(Checkpoint.empty("x", owner_id="o"))
     store.close()
-    before = tmp_path / "before"
-    shutil.copytree(root, before)
-    store = journal.open(root)
-    store.save(Checkpoint.empty("y", owner_id="o"))
-    store.close()
-    after_catalog = tmp_path / "catalog-after"
-    shutil.copytree(root / "catalog", after_catalog)
-    for name in os.listdir(root):
-        p = root / name
-        shutil.rmtree(p) if p.is_dir() else p.unlink()
-    for name in os.listdir(before):
-        src = before / name
-        if name == "catalog":
-            shutil.copytree(after_catalog, root / name)
-        elif src.is_dir():
-            shutil.copytree(src, root / name)
-        else:
-            shutil.copy2(src, root / name)
+    catalog_outlived_a_save(root, tmp_path, lambda s: s.save(Checkpoint.empty("y", owner_id="o")))
     after = "after-the-reboot" if boot == "a new boot id" else ""
     monkeypatch.setattr(jc, "boot_id", lambda: after)
     store = journal.open(root)
