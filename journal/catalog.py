@@ -624,45 +624,34 @@ def machine_and_place(root: str, boot: str | None = None) -> str:
     return f"{boot_id() if boot is None else boot} {place}"
 
 
-def boot_changed(catalog_dir: str, root: str | None = None, *, record: bool = True) -> bool:
-    """Whether the catalog may disagree with the sessions wholesale (and record the check).
+def check_boot(catalog_dir: str, root: str) -> tuple[bool, str | None]:
+    """(changed, line): whether the catalog may disagree with the sessions
+    wholesale, and the BOOT line to record once the re-check that calls for is
+    done (`record_boot`; None when BOOT holds it already).
 
-    True after a reboot (unsynced catalog records may have been lost, or have
+    Changed after a reboot (unsynced catalog records may have been lost, or have
     outlived the session bytes they describe) and when the store directory is
     not the one the catalog was last used in: a copy (`cp -a`) or a restored
     backup, whose catalog was copied at another moment than its sessions. Both
-    call for re-checking every session.
+    call for re-checking every session. Without a boot id (no
+    /proc/sys/kernel/random/boot_id: not Linux) a reboot cannot be told from a
+    restart, so every open counts as one: slower opens, but a power loss is never
+    mistaken for a clean restart.
     """
-    path = os.path.join(catalog_dir, BOOT_FILE)
     boot = boot_id()
-    current = (boot if root is None else machine_and_place(root, boot)).strip()
+    current = machine_and_place(root, boot).strip()
     try:
-        with open(path) as f:
-            seen = f.read().strip()
+        with open(os.path.join(catalog_dir, BOOT_FILE)) as f:
+            seen: str | None = f.read().strip()
     except FileNotFoundError:
         seen = None
-    if seen == current and boot:
-        return False
-    # Without a boot id (no /proc/sys/kernel/random/boot_id: not Linux) a reboot
-    # cannot be told from a restart, so every open counts as one: slower opens,
-    # but a power loss is never mistaken for a clean restart.
-    if record and seen != current:
-        fsio.write_file(path, current.encode(), durable=False)
-    return seen is not None
+    changed = seen is not None and (seen != current or not boot)
+    return changed, None if seen == current else current
 
 
-def record_boot(catalog_dir: str, root: str) -> None:
-    """Remember this boot and place, once the re-check `boot_changed` called for is
-    done (written only when it differs)."""
-    path = os.path.join(catalog_dir, BOOT_FILE)
-    current = machine_and_place(root, boot_id()).strip()
-    try:
-        with open(path) as f:
-            if f.read().strip() == current:
-                return
-    except FileNotFoundError:
-        pass
-    fsio.write_file(path, current.encode(), durable=False)
+def record_boot(catalog_dir: str, line: str) -> None:
+    """Remember this boot and place (the line `check_boot` gave)."""
+    fsio.write_file(os.path.join(catalog_dir, BOOT_FILE), line.encode(), durable=False)
 
 
 def _decode_record(payload: bytes, pos: int) -> CatalogRecord:

@@ -297,7 +297,13 @@ class Session:
 
     # ---------------------------------------------------------------- identity
     def _read_identity(self) -> SessionIdentity:
-        path = os.path.join(self.dir, IDENTITY_FILE)
+        return Session.read_identity(self.dir)
+
+    @staticmethod
+    def read_identity(directory: str) -> SessionIdentity:
+        """The identity file of a session directory (`CorruptionError` if missing or
+        not decodable; other I/O errors as they come)."""
+        path = os.path.join(directory, IDENTITY_FILE)
         try:
             raw = read_meta(path, KIND_IDENTITY)
         except FileNotFoundError as exc:

@@ -34,7 +34,7 @@ from .catalog import (
     Catalog,
     CatalogRecord,
     ProcessRegistry,
-    boot_changed,
+    check_boot,
     record_boot,
     sort_key,
 )
@@ -51,7 +51,7 @@ from .errors import (
 )
 from .index import KIND_EXECUTIONS
 from .locks import FileLock
-from .metafile import KIND_IDENTITY, KIND_MANIFEST, read_meta, write_meta
+from .metafile import KIND_MANIFEST, read_meta, write_meta
 from .naming import dir_name
 from .session import LOCK_FILE, Session, SessionIdentity, SessionOptions
 from .spares import SparePool
@@ -228,8 +228,7 @@ class Store:
         # re-derived before the next listing, or left to the next open (`close`),
         # so the catalog never stays behind for good.
         self._unannounced: dict[str, int] = {}
-        self._announce_tried: dict[str, int] = {}  # left unsettled by the last attempt
-        self._announce_retry_at = 0.0
+        self._announce_retry_at = 0.0  # 0 when a new failure came: try at once
         self._startup_recovery()
 
     # ----------------------------------------------------------------- layout
@@ -817,7 +816,7 @@ class Store:
             self._clean_tmp()
             if os.listdir(self.tree.trash):
                 self.tree.empty_trash_soon()  # left by a process that exited meanwhile
-        changed = boot_changed(self.catalog.dir, self.root, record=False)
+        changed, boot_line = check_boot(self.catalog.dir, self.root)
         settled = True
         if changed or self.catalog.fresh:
             # Every directory, and every session the catalog names (it may have none).
@@ -829,10 +828,10 @@ class Store:
                 unsettled = set(names)
             self._keep_for_later(unsettled)
             settled = not unsettled
-        if settled and not self.read_only:
+        if settled and boot_line is not None and not self.read_only:
             # Only now: a re-check that was cut short (a kill, a busy lock) is done
             # again by the next open instead of being taken for done.
-            record_boot(self.catalog.dir, self.root)
+            record_boot(self.catalog.dir, boot_line)
         self._reconcile_dead(force=True)
 
     def _clean_tmp(self) -> None:
@@ -876,10 +875,7 @@ class Store:
         """
         with self._lock:
             pending = dict(self._unannounced)
-            if not pending or (
-                time.monotonic() < self._announce_retry_at
-                and pending.items() <= self._announce_tried.items()
-            ):
+            if not pending or time.monotonic() < self._announce_retry_at:
                 return
         try:
             unsettled = self._reconcile(sorted(pending))
@@ -889,8 +885,11 @@ class Store:
             for name, generation in pending.items():
                 if name not in unsettled and self._unannounced.get(name) == generation:
                     del self._unannounced[name]
-            self._announce_tried = {n: g for n, g in pending.items() if n in unsettled}
-            self._announce_retry_at = time.monotonic() + 1.0
+            # Left only with names this attempt could not settle: wait a second.
+            # A failure that came meanwhile (another generation) is tried at once.
+            fresh = any(pending.get(n) != g for n, g in self._unannounced.items())
+            idle = not self._unannounced or fresh
+            self._announce_retry_at = 0.0 if idle else time.monotonic() + 1.0
 
     def _reconcile(self, names: list[str]) -> set[str]:
         """Re-derive the catalog entries of these session directories from their logs.
@@ -925,10 +924,8 @@ class Store:
                     records.append(CatalogRecord(OP_DELETE, sid, -1))
                 continue
             try:
-                ident = msgspec.msgpack.decode(
-                    read_meta(Session.identity_file(path), KIND_IDENTITY), type=SessionIdentity
-                )
-            except (OSError, JournalError, msgspec.DecodeError) as exc:
+                ident = Session.read_identity(path)
+            except (OSError, JournalError) as exc:
                 failed(name, exc)
                 continue
             try:
@@ -992,11 +989,8 @@ class Store:
         unlisted = self.catalog.unlisted(os.listdir(sessions)) - self.tree.pending_session_dirs()
         for name in sorted(unlisted):
             try:
-                ident = msgspec.msgpack.decode(
-                    read_meta(Session.identity_file(os.path.join(sessions, name)), KIND_IDENTITY),
-                    type=SessionIdentity,
-                )
-            except (OSError, JournalError, msgspec.DecodeError):
+                ident = Session.read_identity(os.path.join(sessions, name))
+            except (OSError, JournalError):
                 continue
             if dir_name(ident.session_id) != name:
                 continue  # not that session's directory (a stray copy): not its child
@@ -1089,7 +1083,7 @@ class Store:
             # The commit is written (and made durable before the call raises): the
             # call fails, but the listing must not stay behind it (nor a retry be
             # needed, which the sequence rule would refuse).
-            self._not_announced([session_id])
+            self._keep_for_later([dir_name(session_id)])
             raise
 
     def _catalog_forget(self, session_ids: Sequence[str]) -> None:
@@ -1100,10 +1094,7 @@ class Store:
         try:
             self.catalog.append([CatalogRecord(OP_DELETE, sid, -1) for sid in session_ids])
         except JournalError:
-            self._not_announced(session_ids)
-
-    def _not_announced(self, session_ids: Iterable[str]) -> None:
-        self._keep_for_later(dir_name(sid) for sid in session_ids)
+            self._keep_for_later(dir_name(sid) for sid in session_ids)
 
     def _keep_for_later(self, names: Iterable[str]) -> None:
         """Session directories whose catalog entries must be re-derived later: by this
@@ -1113,6 +1104,7 @@ class Store:
         with self._lock:
             for name in names:
                 self._unannounced[name] = self._unannounced.get(name, 0) + 1
+            self._announce_retry_at = 0.0
         if not self.read_only:
             for name in names:
                 with contextlib.suppress(OSError, JournalError):

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faults import catalog_outlived_a_save
+from faults import catalog_outlived_a_save, save_whose_catalog_append_fails
 
 import journal
 from journal import Checkpoint
@@ -319,11 +319,13 @@ def test_without_a_boot_id_every_open_counts_as_after_a_reboot(
     monkeypatch.setattr(jc, "boot_id", lambda: "stable")
     journal.open(root).close()
     catalog_dir = str(root / "catalog")
-    assert jc.boot_changed(catalog_dir, str(root)) is False
+    assert jc.check_boot(catalog_dir, str(root)) == (False, None)
     assert (root / "catalog" / "BOOT").read_text() == jc.machine_and_place(str(root)).strip()
     monkeypatch.setattr(jc, "boot_id", lambda: "")
-    assert jc.boot_changed(catalog_dir, str(root)) is True  # the line changed
-    assert jc.boot_changed(catalog_dir, str(root)) is True  # and stays "changed"
+    changed, line = jc.check_boot(catalog_dir, str(root))
+    assert changed is True and line is not None  # the line changed
+    jc.record_boot(catalog_dir, line)
+    assert jc.check_boot(catalog_dir, str(root)) == (True, None)  # and stays "changed"
     assert (root / "catalog" / "BOOT").read_text() == jc.machine_and_place(str(root)).strip()
 
 
@@ -394,15 +396,10 @@ def test_a_save_whose_catalog_append_fails_is_still_made_durable(tmp_path: Path)
 
         fsio.sync_data = spy  # type: ignore[assignment]
 
-        def failing(records: object) -> None:
-            raise journal.StorageError("injected: catalog append failed")
-
-        store.catalog.append = failing  # type: ignore[method-assign]
         x1 = Checkpoint.empty("x", owner_id="o")
         x1.sequence = 1
         try:
-            with pytest.raises(journal.StorageError):
-                store.save(x1)
+            save_whose_catalog_append_fails(store, x1)
         finally:
             fsio.sync_data = real_sync  # type: ignore[assignment]
         loaded = store.load("x")
@@ -414,7 +411,6 @@ def test_a_save_whose_catalog_append_fails_is_still_made_durable(tmp_path: Path)
             f" fdatasync calls during the save: {synced}"
         )
     finally:
-        del store.catalog.append
         store.close()
 
 
@@ -426,13 +422,7 @@ def test_a_concurrent_listing_waits_for_a_session_being_reannounced(tmp_path: Pa
     try:
         store.save(Checkpoint.empty("x", owner_id="o"))
 
-        def failing(records: object) -> None:
-            raise journal.StorageError("injected")
-
-        store.catalog.append = failing  # type: ignore[method-assign]
-        with pytest.raises(journal.StorageError):
-            store.save(Checkpoint.empty("y", owner_id="o"))
-        del store.catalog.append  # the catalog works again
+        save_whose_catalog_append_fails(store, Checkpoint.empty("y", owner_id="o"))
         store._last_reconcile = time.monotonic() + 3600  # leave dead-process probes out
 
         entered, release = threading.Event(), threading.Event()
@@ -475,13 +465,7 @@ def test_a_transient_error_while_reannouncing_is_tried_again(
     store = journal.open(root)
     store.save(Checkpoint.empty("x", owner_id="o"))
 
-    def failing(records: object) -> None:
-        raise journal.StorageError("injected")
-
-    store.catalog.append = failing  # type: ignore[method-assign]
-    with pytest.raises(journal.StorageError):
-        store.save(Checkpoint.empty("y", owner_id="o"))
-    del store.catalog.append
+    save_whose_catalog_append_fails(store, Checkpoint.empty("y", owner_id="o"))
 
     real_refresh = Session.refresh
     failures = [1]
