@@ -398,3 +398,20 @@ def catalog_outlived_a_save(root: Path, scratch: Path, save: Callable[[Store], o
             shutil.copytree(src, root / name)
         else:
             shutil.copy2(src, root / name)
+
+
+def save_whose_catalog_append_fails(store: Store, checkpoint: Checkpoint) -> None:
+    """Save `checkpoint` while the store's catalog refuses appends: the save must
+    raise StorageError (its commit stays); the catalog works again afterwards."""
+
+    def failing(records: object) -> None:
+        raise journal.StorageError("injected: catalog append failed")
+
+    store.catalog.append = failing  # type: ignore[method-assign]
+    try:
+        store.save(checkpoint)
+    except journal.StorageError:
+        return
+    finally:
+        del store.catalog.append
+    raise AssertionError("the save did not report the failed catalog append")

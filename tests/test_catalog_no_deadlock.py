@@ -15,7 +15,7 @@ import time
 import traceback
 from pathlib import Path
 
-import pytest
+from faults import save_whose_catalog_append_fails
 
 import journal
 from journal import Checkpoint
@@ -50,15 +50,9 @@ def test_a_listing_and_a_delete_finishing_an_orphan_do_not_deadlock(tmp_path: Pa
     store.save(Checkpoint.empty("a", owner_id="o"))
 
     # x's catalog append fails once: x goes to _unannounced (re-derived by the next listing).
-    def failing(records: object) -> None:
-        raise journal.StorageError("injected")
-
-    store.catalog.append = failing  # type: ignore[method-assign]
     x1 = Checkpoint.empty("x", owner_id="o")
     x1.sequence = 1
-    with pytest.raises(journal.StorageError):
-        store.save(x1)
-    del store.catalog.append
+    save_whose_catalog_append_fails(store, x1)
     assert store._unannounced
 
     a_at, a_go = threading.Event(), threading.Event()
