@@ -5,16 +5,19 @@ there, after flag conversions that cost more than the lock itself on every
 commit); elsewhere portalocker's implementation is used. Either way processes
 using portalocker on the same files exclude each other.
 
-A lock file holds one line "pid host since" written by the current holder, so
-a waiter that times out can say who holds the lock. The lock is taken once per
-commit (flock is a few microseconds); in-process threads are serialised by the
-caller's own `threading.Lock` first, because flock does not exclude threads
-that share the file description.
+A lock file holds one line "pid host since lock" written by the current holder,
+so a waiter that times out can say who holds the lock. `lock` is a token unique
+to the `FileLock` object, so the line also tells a holder whether anyone else
+held the lock since it last wrote the line (`acquire` returns that): a session
+writer that finds its own line skips re-reading the log's end (see
+`Session._acquire_writer`). The lock is taken once per commit (flock is a few
+microseconds); in-process threads are serialised by the caller's own
+`threading.Lock` first, because flock does not exclude threads that share the
+file description.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import time
@@ -49,6 +52,11 @@ class FileLock:
         self._fd: int | None = None
         self._line = b""  # the holder line this object wrote last, and when
         self._line_at = 0.0
+        self._token = os.urandom(6).hex()
+        # Successful locks through this object (acquire and try_acquire): a caller
+        # that remembers the count at its release knows whether this object was
+        # locked by someone else in this process meanwhile (the line cannot tell).
+        self.acquisitions = 0
 
     def _open(self) -> int:
         if self._fd is None:
@@ -58,7 +66,11 @@ class FileLock:
                 raise StorageError(f"cannot open lock file {self.path}: {exc.strerror}") from exc
         return self._fd
 
-    def acquire(self, timeout: float) -> None:
+    def acquire(self, timeout: float) -> bool:
+        """Take the lock, waiting up to `timeout` seconds (`LockTimeoutError` names
+        the holder). Returns whether the lock file still held this object's own
+        holder line: if so, no other `FileLock`, in any process, took the lock
+        since this one last did (every `acquire` writes its own line first)."""
         fd = self._open()
         deadline = time.monotonic() + timeout
         delay = 0.0005
@@ -72,22 +84,41 @@ class FileLock:
                 )
             time.sleep(delay)
             delay = min(delay * 2, 0.02)
-        # The holder line is a courtesy for error messages, never required. Writing it
-        # dirties the lock file on every commit, so skip it while the line on file is
-        # still ours and at most a second old (a cheap read, no dirty page).
+        self.acquisitions += 1
+        line = self._line
+        try:
+            ours = bool(line) and os.pread(fd, len(line), 0) == line
+        except OSError:
+            ours = False
+        # Rewriting the line dirties the lock file, so it is skipped while the line
+        # on file is ours and at most a second old (its "since" is that coarse).
         now = time.monotonic()
-        with contextlib.suppress(OSError):
-            if (
-                self._line
-                and now - self._line_at < 1.0
-                and os.pread(fd, len(self._line), 0) == self._line
-            ):
-                return
-            since = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            text = f"pid={os.getpid()} host={_HOST} since={since}".encode()[: _HOLDER_WIDTH - 1]
-            line = text.ljust(_HOLDER_WIDTH - 1) + b"\n"
+        if not ours or now - self._line_at >= 1.0:
+            try:
+                self._write_line(fd, now)
+            except BaseException:
+                self.release()
+                raise
+        return ours
+
+    def _write_line(self, fd: int, now: float) -> None:
+        since = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        text = f"pid={os.getpid()} host={_HOST} since={since} lock={self._token}".encode()
+        line = text[: _HOLDER_WIDTH - 1].ljust(_HOLDER_WIDTH - 1) + b"\n"
+        try:
             os.pwrite(fd, line, 0)
-            self._line, self._line_at = line, now
+        except OSError as exc:
+            # Another holder's line left in place would tell its owner that nobody
+            # else held the lock: blank the file instead (needs no space).
+            self._line = b""
+            try:
+                os.ftruncate(fd, 0)
+            except OSError:
+                raise StorageError(
+                    f"cannot record the holder of lock {self.path}: {exc.strerror}"
+                ) from exc
+            return
+        self._line, self._line_at = line, now
 
     def release(self) -> None:
         if self._fd is not None:
@@ -99,9 +130,20 @@ class FileLock:
             except (OSError, portalocker.exceptions.LockException) as exc:
                 raise StorageError(f"cannot release lock {self.path}: {exc}") from exc
 
-    def try_acquire(self) -> bool:
-        """Take the lock if free, without waiting."""
-        return self._try_lock(self._open())
+    def try_acquire(self, *, record: bool = False) -> bool:
+        """Take the lock if free, without waiting. Only with `record` is the holder
+        line written: callers that change what the lock guards must record it."""
+        fd = self._open()
+        if not self._try_lock(fd):
+            return False
+        self.acquisitions += 1
+        if record:
+            try:
+                self._write_line(fd, time.monotonic())
+            except BaseException:
+                self.release()
+                raise
+        return True
 
     def _try_lock(self, fd: int) -> bool:
         """One non-blocking attempt: True if we hold the lock now."""

@@ -627,6 +627,20 @@ class Log:
         except OSError:
             return False
 
+    def writer_at(self, end: int) -> bool:
+        """Whether our open writer is at `end` in a file that still has a name (one
+        fstat): for a writer that knows nobody else held the lock since it wrote
+        there, so the bytes at `end` need no probe (`untouched_since` reads them).
+        An unlinked file (the directory removed by hand) keeps taking writes that
+        nobody will ever read."""
+        w = self._writer
+        if w is None or w.poisoned or w.data_end != end or w.seg.path != self.segments[-1].path:
+            return False
+        try:
+            return os.fstat(w.fd).st_nlink > 0
+        except OSError:
+            return False
+
     def writer_is_current(self) -> bool:
         """Is our writer's file still the file at its path? (one stat, one fstat)
 

@@ -187,6 +187,12 @@ class _Append:
         self.done = False
 
 
+class SessionGone(NotFoundError):
+    """The session this object opened was deleted (maybe created again since), or a
+    pending delete dooms it: found under its lock, before anything was written.
+    The store opens the id afresh and tries again."""
+
+
 def _own_copy(exc: BaseException) -> BaseException:
     """A copy of an exception that several threads raise (each gets its own traceback)."""
     try:
@@ -231,6 +237,7 @@ class Session:
         if private is not None:
             options = dataclasses.replace(options, durable=False)
         self.dir = directory
+        self.dir_name = os.path.basename(directory)
         self.id = session_id
         self.options = options
         self._private = private is not None
@@ -253,6 +260,11 @@ class Session:
             self.log.preallocate = self.log.sync_on_close = False
         self.flock = FileLock(os.path.join(directory, LOCK_FILE), f"session {session_id!r}")
         self._write_lock = threading.Lock()
+        self._writer_ready = False  # the last `_acquire_writer` completed
+        self._quiet_mark = -1  # flock acquisitions at our last writer's release
+        # Set by the store: is this session doomed by a pending delete? (checked
+        # under the lock when it cannot be taken for quiet, `_acquire_locks`)
+        self.doomed: Callable[[], bool] | None = None
         self._appends: list[_Append] = []  # queued appends, the leader first
         self._context_cache: tuple[list[msgspec.Raw], int, bytes] | None = None
         self._appends_cv = threading.Condition(threading.Lock())
@@ -716,37 +728,106 @@ class Session:
     @contextmanager
     def writing(self) -> Iterator[None]:
         """Hold the session's write lock (threads, then processes) with the head current."""
+        self._acquire_writer()
+        try:
+            yield
+        finally:
+            self._release_writer()
+
+    def _acquire_writer(self) -> None:
+        """`writing()` without a context manager (the append path calls it directly:
+        three nested generator context managers cost more than the flock itself)."""
+        self._writer_ready = False
         if self._private:
-            with self._write_lock:
+            self._write_lock.acquire()
+            try:
                 if not self.log.has_writer():
                     self.log.open_writer(self.head.covered)
-                yield
+            except BaseException:
+                self._write_lock.release()
+                raise
+            self._writer_ready = True
             return
-        with self.locked():
-            # Fast path: after recovery, when no other process appended since our
-            # last commit (one pread), the head is current and the writer in place.
-            if not (self._recovered and self.log.untouched_since(self.head.covered)):
+        quiet = self._acquire_locks(trust_quiet=True)
+        try:
+            # Fast paths, after recovery: nobody else held the lock since our last
+            # commit (`quiet`: no read at all), or nobody appended since (one pread).
+            # Either way the head is current and the writer in place.
+            end = self.head.covered
+            if quiet and not (self._recovered and self.log.writer_at(end)):
+                self._check_published_and_not_doomed()  # say, the directory went away
+                quiet = False
+            if not (quiet or (self._recovered and self.log.untouched_since(end))):
                 state = self._catch_up(strict=not self._recovered)
                 if state.tail != "clean":
                     state = self._recover(state)
                 self._recovered = True
                 self.log.open_writer(self.head.covered)
-            yield
+        except BaseException:
+            self._release_locks()
+            raise
+        self._writer_ready = True
+
+    def _release_writer(self) -> None:
+        if self._private:
+            self._write_lock.release()
+            return
+        # What the next `_acquire_writer` may take for quiet: no lock through our
+        # FileLock in between (a delete in this process locks it too, and so does a
+        # reader classifying the tail), and our own holder line still on file.
+        self._quiet_mark = self.flock.acquisitions if self._writer_ready else -1
+        self._release_locks()
 
     @contextmanager
     def locked(self) -> Iterator[None]:
         """The session's write locks, without preparing to write (no scan, no writer)."""
-        with self._write_lock:
+        self._acquire_locks()
+        try:
+            yield
+        finally:
+            self._release_locks()
+
+    def _acquire_locks(self, *, trust_quiet: bool = False) -> bool:
+        """Take the thread lock, then the file lock, and check that the session is
+        still the one we opened (`SessionGone` if not).
+
+        With `trust_quiet`, returns whether nobody else can have held the file lock
+        since our last writer released it (see `_release_writer`); the checks are
+        then skipped: whoever deletes a session, or moves a doomed one away, holds
+        its lock first (FORMAT.md section 9), so they cannot have happened.
+        """
+        self._write_lock.acquire()
+        try:
             try:
-                self.flock.acquire(self.options.lock_timeout)
+                ours = self.flock.acquire(self.options.lock_timeout)
             except StorageError:
                 self._check_still_published()  # a delete moved the directory (lock file) away
                 raise
             try:
-                self._check_still_published()
-                yield
-            finally:
+                if trust_quiet and ours and self.flock.acquisitions == self._quiet_mark + 1:
+                    return True
+                self._check_published_and_not_doomed()
+            except BaseException:
                 self.flock.release()
+                raise
+        except BaseException:
+            self._write_lock.release()
+            raise
+        return False
+
+    def _check_published_and_not_doomed(self) -> None:
+        """Under the lock: `SessionGone` if this session was deleted or a pending
+        delete (of a deleter that died holding this lock) dooms it."""
+        self._check_still_published()
+        doomed = self.doomed
+        if doomed is not None and doomed():
+            raise SessionGone(f"session {self.id!r} is being deleted")
+
+    def _release_locks(self) -> None:
+        try:
+            self.flock.release()
+        finally:
+            self._write_lock.release()
 
     @contextmanager
     def committing(self) -> Iterator[None]:
@@ -776,7 +857,7 @@ class Session:
 
     def _check_still_published(self) -> None:
         if not self.still_published():
-            raise NotFoundError(f"session {self.id!r} was deleted")
+            raise SessionGone(f"session {self.id!r} was deleted")
 
     def _recover(self, state: ScanState) -> ScanState:
         """Under the lock: nobody else is writing, so an unfinished tail is a crash."""
@@ -955,33 +1036,47 @@ class Session:
                 records.append((TRANSCRIPT, TranscriptPayload(seq, now, transcript_items)))
             if execution is not None:
                 records.append((EXECUTION, ExecutionPayload(seq, execution)))
-            rules = head.rules.copy()
             journal: list[JournalEvent] = []
-            counter = head.event_counter
-            for te in events:
-                counter += 1
-                removes, transient, metrics = eventrules.plan(
-                    rules, counter, te.recorded_at_ms, te.event
-                )
-                kept, ref = _store_output_once(te.event, transcript_delta, seq)
-                records.append(
-                    (
-                        EVENT,
-                        EventPayload(
-                            counter, te.recorded_at_ms, kept, metrics, removes, transient, ref
-                        ),
-                    )
-                )
-                journal.append(
-                    JournalEvent(
-                        sequence=counter,
-                        recorded_at_ms=te.recorded_at_ms,
-                        event=te.event,
-                        stream_metrics=metrics,
-                    )
-                )
-            end = self.commit(records, COMMIT_SAVE, seq)
-            head.rules = rules
+            # Rules are planned in place and undone if the commit fails; under the
+            # state lock, so that a reader thread cannot replay this commit's events
+            # into them from the log before it is applied (see `_commit_appends`).
+            with self._state_lock:
+                rules = head.rules
+                changes: eventrules.Undo = []
+                counter = head.event_counter
+                try:
+                    for te in events:
+                        counter += 1
+                        removes, transient, metrics = eventrules.plan(
+                            rules, counter, te.recorded_at_ms, te.event, changes
+                        )
+                        kept, ref = _store_output_once(te.event, transcript_delta, seq)
+                        records.append(
+                            (
+                                EVENT,
+                                EventPayload(
+                                    counter,
+                                    te.recorded_at_ms,
+                                    kept,
+                                    metrics,
+                                    removes,
+                                    transient,
+                                    ref,
+                                ),
+                            )
+                        )
+                        journal.append(
+                            JournalEvent(
+                                sequence=counter,
+                                recorded_at_ms=te.recorded_at_ms,
+                                event=te.event,
+                                stream_metrics=metrics,
+                            )
+                        )
+                    end = self.commit(records, COMMIT_SAVE, seq)
+                except BaseException:
+                    eventrules.undo(rules, changes)
+                    raise
             self.after_commit()
             if on_commit is not None:
                 try:
@@ -1064,20 +1159,36 @@ class Session:
         its result or an error, whatever happens here (see `finally`).
         """
         batch = [leader]
+        durable = self.options.durable
         try:
-            self._gather_appends()
-            with self.committing():
-                with self._appends_cv:
-                    batch = self._appends[:_MAX_APPEND_BATCH]
-                    for req in batch:
-                        req.taken = True
-                self._last_batch = len(batch)
-                self._commit_appends(batch)
-                self.after_commit()
+            if self._last_batch > 1:
+                self._gather_appends()
+            # `committing()` spelled out: its three nested context managers cost
+            # more than the flock they take.
+            if durable:
+                self.log.announce()
+            try:
+                self._acquire_writer()
+                try:
+                    cv = self._appends_cv
+                    with cv:
+                        queue = self._appends
+                        batch = queue[:_MAX_APPEND_BATCH] if len(queue) > 1 else [leader]
+                        for req in batch:
+                            req.taken = True
+                    self._last_batch = len(batch)
+                    self._commit_appends(batch)
+                    self.after_commit()
+                finally:
+                    self._release_writer()
+            finally:
+                if durable:
+                    self.log.arrived()
             # Still first in line, sync the batch (the session lock is free meanwhile):
             # appends that arrive during the sync queue up behind it and go out as
             # the next batch, one write and one sync for all of them.
-            self.wait_durable(max(req.end for req in batch))
+            if durable:
+                self.log.wait_durable(max(req.end for req in batch))
         except BaseException as exc:  # before the batch was taken, only the leader tried
             _fail_batch(batch, leader, exc)
         finally:
@@ -1085,49 +1196,63 @@ class Session:
                 del self._appends[: len(batch)]
                 for req in batch:
                     req.done = True
-                self._appends_cv.notify_all()
+                if len(batch) > 1 or self._appends:  # batch members, or the next leader
+                    self._appends_cv.notify_all()
 
     def _commit_appends(self, batch: list[_Append]) -> None:
-        """Write the batch's events as consecutive one-record commits (lock held)."""
+        """Write the batch's events as consecutive one-record commits (lock held).
+
+        Planned, written and applied under the state lock: the rules are updated
+        in place as each event is planned, so a reader thread must not apply the
+        same commits from the log meanwhile (`_catch_up` replays rules too).
+        """
         head = self.head
         if head.sequence < 0:
             raise NotFoundError(
                 f"event journal session does not exist: {self.id!r} (save a checkpoint first)"
             )
-        rules = head.rules
-        seq = head.event_counter
-        staged: list[tuple[_Append, EventPayload, bytes]] = []
-        for req in batch:
-            if req.expected is not None and req.expected != seq:
-                req.error = ContractViolationError(
-                    f"event journal of session {self.id!r}: the latest sequence is {seq},"
-                    f" not the expected {req.expected}; nothing was appended"
-                )
-                continue
-            trial = rules.copy()  # an append that fails leaves the rules as they were
-            try:
-                removes, transient, metrics = eventrules.plan(
-                    trial, seq + 1, req.recorded_at_ms, req.event
-                )
-                payload = EventPayload(
-                    seq + 1, req.recorded_at_ms, req.event, metrics, removes, transient
-                )
-                raw = _encode(payload)
-                if len(raw) > self.options.max_record_bytes:
-                    raise_too_large(EVENT, len(raw), self.options.max_record_bytes)
-            except Exception as exc:  # this caller's input: the others go on
-                req.error = exc
-                continue
-            staged.append((req, payload, frame(EVENT, raw, commit=True)))
-            rules, seq = trial, seq + 1
-        if not staged:
-            return
-        pos = start = self.log.writer_end
-        self.log.write(b"".join(data for _, _, data in staged))
+        limit = self.options.max_record_bytes
         with self._state_lock:
+            rules = head.rules
+            seq = head.event_counter
+            changes: eventrules.Undo = []
+            staged: list[tuple[_Append, EventPayload, bytes]] = []
+            for req in batch:
+                if req.expected is not None and req.expected != seq:
+                    req.error = ContractViolationError(
+                        f"event journal of session {self.id!r}: the latest sequence is {seq},"
+                        f" not the expected {req.expected}; nothing was appended"
+                    )
+                    continue
+                mark = len(changes)
+                try:
+                    removes, transient, metrics = eventrules.plan(
+                        rules, seq + 1, req.recorded_at_ms, req.event, changes
+                    )
+                    payload = EventPayload(
+                        seq + 1, req.recorded_at_ms, req.event, metrics, removes, transient
+                    )
+                    raw = _encode(payload)
+                    if len(raw) > limit:
+                        raise_too_large(EVENT, len(raw), limit)
+                    data = frame(EVENT, raw, commit=True)
+                except Exception as exc:  # this caller's input: the others go on
+                    eventrules.undo(rules, changes, mark)
+                    req.error = exc
+                    continue
+                staged.append((req, payload, data))
+                seq += 1
+            if not staged:
+                return
+            pos = start = self.log.writer_end
+            joined = staged[0][2] if len(staged) == 1 else b"".join(d for _, _, d in staged)
+            try:
+                self.log.write(joined)
+            except BaseException:
+                eventrules.undo(rules, changes)  # nothing was written
+                raise
             for req, payload, data in staged:
-                crc = int.from_bytes(data[:4], "little")
-                self._apply([Record(pos, len(data), EVENT, FLAG_COMMIT, b"", crc)], [payload])
+                self._apply_own_event(payload, pos, len(data), data)
                 pos += len(data)
                 req.end = pos
                 req.result = JournalEvent(
@@ -1137,7 +1262,40 @@ class Session:
                     stream_metrics=payload.stream_metrics,
                 )
             self._extend_view(start, pos)
-            head.rules = rules
+
+    def _apply_own_event(self, payload: EventPayload, pos: int, size: int, data: bytes) -> None:
+        """`_apply` of one event commit this writer just wrote at `pos` (state lock held).
+
+        The writer's head and indexes all end at `pos` (it holds the write lock and
+        caught up before writing): the general `_apply`, which decides per
+        structure whether it already reflects the commit, is only needed otherwise.
+        """
+        head = self.head
+        crc = int.from_bytes(data[:4], "little")
+        indexes = self.indexes
+        events = indexes[KIND_EVENTS]
+        if head.covered != pos or any(i.covered != pos for i in indexes.values()):
+            self._apply([Record(pos, size, EVENT, FLAG_COMMIT, b"", crc)], [payload])
+            return
+        if payload.sequence != head.event_counter + 1:
+            raise CorruptionError(
+                f"event sequence {payload.sequence} follows {head.event_counter}",
+                path=self.log.label,
+                offset=pos,
+            )
+        events.append(payload.sequence, pos, size, REMOVED if payload.transient else 0)
+        if payload.removes:
+            count = events.count
+            for r in payload.removes:
+                if 0 < r <= count:
+                    events.mark_removed(r - 1)
+        end = pos + size
+        for idx in indexes.values():
+            idx.covered = end
+        head.event_counter = payload.sequence
+        head.covered = end
+        head.anchor_pos, head.anchor_crc = pos, crc
+        head.commits += 1
 
     # ------------------------------------------------------------------ reading
     def refresh(self) -> None:
@@ -1418,7 +1576,9 @@ class Session:
         if not self.log.has_writer() or not self._write_lock.acquire(blocking=False):
             return
         try:
-            if not self.flock.try_acquire():
+            # Recorded: the cut changes the file, so another process's writer must
+            # not take the lock for untouched since it last wrote (`acquire`).
+            if not self.flock.try_acquire(record=True):
                 return
             try:
                 if self.log.untouched_since(self.head.covered):

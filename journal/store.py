@@ -53,7 +53,7 @@ from .index import KIND_EXECUTIONS
 from .locks import FileLock
 from .metafile import KIND_MANIFEST, read_meta, write_meta
 from .naming import dir_name
-from .session import LOCK_FILE, Session, SessionIdentity, SessionOptions
+from .session import LOCK_FILE, Session, SessionGone, SessionIdentity, SessionOptions
 from .spares import SparePool
 from .state import StateStore
 from .tree import DeleteIntent, Tree
@@ -306,6 +306,7 @@ class Store:
                 if sess is None:
                     try:
                         sess = Session(path, session_id, self.options)
+                        sess.doomed = functools.partial(self._doomed, name)
                     except UnfinishedSessionError as exc:
                         unfinished = exc
                     except (CorruptionError, StorageError):
@@ -320,6 +321,22 @@ class Store:
             if not self._settle_unfinished(path, unfinished.key):
                 return None
         raise JournalError(f"session {session_id!r}: its directory keeps changing ({path})")
+
+    def _doomed(self, name: str) -> bool:
+        """Does a pending delete name this session directory? (one stat when unchanged)"""
+        return name in self.tree.pending_session_dirs()
+
+    def _cached_session(self, session_id: str) -> Session | None:
+        """The open Session for an id if one is cached, unchecked (pinned like
+        `_session`'s). For writers: their checks under the session's lock find a
+        deleted or doomed session (`SessionGone`, and the caller asks `_session`)."""
+        if self._closed:
+            raise JournalError("store is closed")
+        with self._lock:
+            sess = self._sessions.get(session_id)
+            if sess is not None:
+                self._pin(session_id, sess)
+        return sess
 
     def _settle_unfinished(self, path: str, key: tuple[int, int, int] | None) -> bool:
         """A session directory without a complete commit: absent (False) or worth
@@ -709,11 +726,20 @@ class Store:
             validate.validate_sequence(expected_latest, "expected_latest")
         ev: Event = _coerce(event, Event, "event")
         validate.validate_event(ev)
-        sess = self._session(session_id)
-        if sess is None:
-            raise NotFoundError(f"event journal session does not exist: {session_id!r}")
-        self.registry.note(os.path.basename(sess.dir))
-        return sess.append_event(recorded_at_ms, ev, expected_latest)
+        # The cached session unchecked: the checks a deleted session fails run under
+        # its lock anyway (two stats fewer per append); if it is gone, open afresh.
+        sess = self._cached_session(session_id)
+        for _ in range(8):
+            if sess is None:
+                sess = self._session(session_id)
+                if sess is None:
+                    raise NotFoundError(f"event journal session does not exist: {session_id!r}")
+            self.registry.note(sess.dir_name)
+            try:
+                return sess.append_event(recorded_at_ms, ev, expected_latest)
+            except SessionGone:
+                sess = None  # nothing was written; `_session` sees it deleted or re-created
+        raise JournalError(f"session {session_id!r}: its directory keeps changing")
 
     @_guard
     def event_page(self, session_id: str, request: EventPageRequest) -> EventPage:

@@ -39,7 +39,9 @@ import pytest
 
 import journal
 from journal import Event, EventPageRequest, ExecutionPageRequest, TranscriptPageRequest
+from journal.locks import FileLock
 from journal.record import OK, parse_at
+from journal.session import LOCK_FILE
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="needs fork and SIGKILL")
 
@@ -479,7 +481,11 @@ def test_crashed_roll_seen_by_another_store(tmp_path: Any, left: str) -> None:
             n += 1
             a.append_event("s", 1, Event(msg={"type": "warning", "message": f"a{n}"}))
         base = int(os.path.basename(newest)[:20])
-        # the dead writer's half-done roll
+        # the dead writer's half-done roll, under the session's lock as any writer's
+        # (its holder line stays on file: A's next commit cannot take the lock for
+        # quiet, and reads the log's end)
+        dead = FileLock(os.path.join(os.path.dirname(os.path.dirname(newest)), LOCK_FILE), "x")
+        dead.acquire(5)
         os.truncate(newest, end)
         nxt = os.path.join(os.path.dirname(newest), f"{base + end - 32:020d}.seg")
         if left == "empty new segment":
@@ -487,6 +493,8 @@ def test_crashed_roll_seen_by_another_store(tmp_path: Any, left: str) -> None:
         elif left == "partial header":
             with open(nxt, "wb") as f:
                 f.write(b"JRNLSEG\0\1\0")
+        dead.release()
+        dead.close()
         assert len(b.events_after("s", 0, 10_000)) == n  # B has seen the leftover
         for _ in range(3):
             n += 1

@@ -1,0 +1,401 @@
+"""The writer's fast path: rules planned in place (undone on failure), and a lock
+taken "quiet" (nobody else held it since our last commit) skipping the re-checks.
+
+Each test here fails if the fast path trusts something it must not: rules keeping
+the effects of an event that was never written, a writer taking the lock for quiet
+after another process appended, trimmed or deleted, or after a delete in this
+process, or after the directory was removed by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import journal
+from journal import Checkpoint, Event, EventPageRequest, eventrules, fsio
+from journal.eventrules import EventRules
+from journal.locks import FileLock
+from journal.session import LOCK_FILE, Session
+from journal.verify import verify_store
+
+STEP = "step-1"
+
+
+def _delta(text: str, step: str = STEP, phase: str = "answer") -> Event:
+    return Event(
+        msg={
+            "type": "assistant_content_delta",
+            "model_step_id": step,
+            "phase": phase,
+            "delta": text,
+        }
+    )
+
+
+def _completed(step: str = STEP) -> Event:
+    msg = {"type": "model_step_completed", "model_step_id": step, "outcome": "completed"}
+    return Event(msg=msg)
+
+
+def _warning(text: str) -> Event:
+    return Event(msg={"type": "warning", "message": text})
+
+
+def _rules_state(rules: EventRules) -> Any:
+    """Everything `plan` depends on, key order included (eviction pops the oldest)."""
+    return (
+        list(rules.message_deltas.items()),
+        [(k, [msgspec.structs.astuple(d) for d in v]) for k, v in rules.step_deltas.items()],
+        rules.token_count,
+    )
+
+
+# ------------------------------------------------------------------ rules undo
+
+_kinds = st.sampled_from(
+    ["message_delta", "message", "delta", "assistant_message", "token_count", "completed", "failed"]
+)
+_keys = st.sampled_from(["a", "b", "c", "d", "e"])
+
+
+def _event(kind: str, key: str) -> Event:
+    if kind == "message_delta":
+        return Event(msg={"type": "message_delta", "delta": "x"}, submission_id=key)
+    if kind == "message":
+        return Event(msg={"type": "message", "text": "x"}, submission_id=key)
+    if kind == "delta":
+        return _delta("xy", step=key)
+    if kind == "assistant_message":
+        return Event(msg={"type": "assistant_message", "model_step_id": key, "content": "x"})
+    if kind == "token_count":
+        return Event(msg={"type": "token_count", "total": 3})
+    outcome = "completed" if kind == "completed" else "failed"
+    return Event(msg={"type": "model_step_completed", "model_step_id": key, "outcome": outcome})
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    before=st.lists(st.tuples(_kinds, _keys), max_size=30),
+    tried=st.lists(st.tuples(_kinds, _keys), min_size=1, max_size=12),
+    keep=st.integers(0, 12),
+)
+def test_undo_restores_the_rules_exactly(
+    before: list[tuple[str, str]], tried: list[tuple[str, str]], keep: int
+) -> None:
+    """Plan some events with undo records, take back all but the first `keep`: the
+    rules equal those that planned only the first `keep` (eviction order included)."""
+    saved = eventrules.MAX_TRACKED
+    eventrules.MAX_TRACKED = 3  # evictions happen
+    try:
+        rules, reference = EventRules(), EventRules()
+        seq = 0
+        for kind, key in before:
+            seq += 1
+            eventrules.plan(rules, seq, seq, _event(kind, key))
+            eventrules.plan(reference, seq, seq, _event(kind, key))
+        changes: eventrules.Undo = []
+        marks = []
+        for i, (kind, key) in enumerate(tried):
+            marks.append(len(changes))
+            eventrules.plan(rules, seq + i + 1, seq + i + 1, _event(kind, key), changes)
+            if i < keep:
+                eventrules.plan(reference, seq + i + 1, seq + i + 1, _event(kind, key))
+        keep = min(keep, len(tried))
+        eventrules.undo(rules, changes, marks[keep] if keep < len(tried) else len(changes))
+        assert _rules_state(rules) == _rules_state(reference)
+        eventrules.undo(rules, changes)  # and all of it
+        fresh = EventRules()
+        for n, (kind, key) in enumerate(before, 1):
+            eventrules.plan(fresh, n, n, _event(kind, key))
+        assert _rules_state(rules) == _rules_state(fresh)
+    finally:
+        eventrules.MAX_TRACKED = saved
+
+
+def _metrics_after(store: journal.Store, sid: str) -> list[Any]:
+    done = store.append_event(sid, 10_000, _completed())
+    return [msgspec.structs.asdict(m) for m in done.stream_metrics]
+
+
+def test_an_append_too_large_leaves_the_rules_as_they_were(tmp_path: Path) -> None:
+    store = journal.open(tmp_path / "s", durability="os", max_record_bytes=2048)
+    try:
+        store.save(Checkpoint.empty("a"))
+        store.append_event("a", 1, _delta("abc"))
+        with pytest.raises(journal.InvalidInputError):
+            store.append_event("a", 2, _delta("x" * 4096))  # too large: not appended
+        store.append_event("a", 3, _delta("de"))
+        metrics = _metrics_after(store, "a")
+        assert [(m["chunk_count"], m["utf8_bytes"]) for m in metrics] == [(2, 5)]
+    finally:
+        store.close()
+
+
+class _FailingWrites(fsio.FileOps):
+    """Fails the next `fail` writes of records into published sessions' logs (not
+    preallocation zeros, not the spare directories a background thread prepares)."""
+
+    def __init__(self) -> None:
+        self.fail = 0
+
+    def pwrite(self, fd: int, data: bytes, offset: int, path: str) -> None:
+        published = f"{os.sep}sessions{os.sep}" in path and path.endswith(".seg")
+        if self.fail and published and data.strip(b"\0"):
+            self.fail -= 1
+            raise OSError(5, "Input/output error (injected)")
+        super().pwrite(fd, data, offset, path)
+
+
+@pytest.mark.parametrize("how", ["append", "save"])
+def test_a_failed_write_leaves_the_rules_as_they_were(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    ops = _FailingWrites()
+    monkeypatch.setattr(fsio, "ops", ops)
+    store = journal.open(tmp_path / "s", durability="os")
+    try:
+        store.save(Checkpoint.empty("a"))
+        store.append_event("a", 1, _delta("abc"))
+        ops.fail = 1
+        with pytest.raises(journal.StorageError):
+            if how == "append":
+                store.append_event("a", 2, _delta("lost!"))
+            else:
+                cp = Checkpoint.empty("a")
+                cp.sequence = 1
+                events = [journal.TimestampedEvent(recorded_at_ms=2, event=_delta("lost!"))]
+                store.save_with_events(cp, [], None, events)
+        assert ops.fail == 0
+        metrics = _metrics_after(store, "a")
+        assert [(m["chunk_count"], m["utf8_bytes"]) for m in metrics] == [(1, 3)]
+        page = store.event_page("a", EventPageRequest(limit=10))
+        assert [e.sequence for e in page.events] == [2, 1]  # the failed one took no number
+    finally:
+        store.close()
+
+
+# ------------------------------------------------------------------- the lock
+
+
+def test_acquire_tells_whether_anyone_else_held_the_lock(tmp_path: Path) -> None:
+    path = str(tmp_path / "LOCK")
+    mine, other = FileLock(path, "test"), FileLock(path, "test")
+    try:
+        assert mine.acquire(1) is False  # nothing of ours on file yet
+        mine.release()
+        assert mine.acquire(1) is True
+        mine.release()
+        assert other.acquire(1) is False
+        other.release()
+        assert mine.acquire(1) is False  # `other` held it meanwhile
+        mine.release()
+        line = Path(path).read_bytes()
+        assert line.startswith(f"pid={os.getpid()} ".encode()) and b" lock=" in line
+        assert len(line) == 160 and line.endswith(b"\n")
+        assert mine.acquisitions == 3 and other.acquisitions == 1
+    finally:
+        mine.close()
+        other.close()
+
+
+def test_a_holder_line_that_cannot_be_written_is_blanked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another holder's line must not stay on file (it would tell that holder that
+    nobody else held the lock); if even blanking fails, the lock is not taken."""
+    path = str(tmp_path / "LOCK")
+    other, mine = FileLock(path, "test"), FileLock(path, "test")
+    other.acquire(1)
+    other.release()
+    real_pwrite, real_truncate = os.pwrite, os.ftruncate
+
+    def failing_pwrite(fd: int, data: bytes, offset: int) -> int:
+        raise OSError(28, "No space left on device (injected)")
+
+    monkeypatch.setattr(os, "pwrite", failing_pwrite)
+    assert mine.acquire(1) is False
+    mine.release()
+    assert Path(path).read_bytes() == b""
+    assert other.acquire(1) is False  # blank: not its line any more
+    other.release()
+
+    def failing_truncate(fd: int, size: int) -> None:
+        raise OSError(5, "Input/output error (injected)")
+
+    monkeypatch.setattr(os, "ftruncate", failing_truncate)
+    with pytest.raises(journal.StorageError, match="cannot record the holder"):
+        mine.acquire(1)
+    monkeypatch.setattr(os, "pwrite", real_pwrite)
+    monkeypatch.setattr(os, "ftruncate", real_truncate)
+    assert other.try_acquire()  # the failed acquire released the lock
+    other.release()
+    mine.close()
+    other.close()
+
+
+# ------------------------------------------------- what a quiet lock must notice
+
+_CHILD = textwrap.dedent(
+    """
+    import sys, journal
+    from journal import Event
+    root, sid, what = sys.argv[1:4]
+    store = journal.open(root, durability="os")
+    if what == "append":
+        e = store.append_event(sid, 5, Event(msg={"type": "warning", "message": "child"}))
+        print(e.sequence)
+    elif what == "delete-and-recreate":
+        assert store.delete_sessions([sid])
+        store.save(journal.Checkpoint.empty(sid))
+    store.close()
+    """
+)
+
+
+def _child(root: Path, sid: str, what: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(root), sid, what],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_an_append_by_another_process_is_seen_by_the_next_commit(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    store = journal.open(root, durability="os")
+    try:
+        store.save(Checkpoint.empty("a"))
+        assert store.append_event("a", 1, _warning("one")).sequence == 1
+        assert store.append_event("a", 2, _warning("two")).sequence == 2
+        assert _child(root, "a", "append") == "3"  # and its close trims the zeros
+        assert store.append_event("a", 4, _warning("four")).sequence == 4
+        assert _child(root, "a", "append") == "5"
+        assert store.append_event("a", 6, _warning("six")).sequence == 6
+        page = store.event_page("a", EventPageRequest(limit=10))
+        assert [e.sequence for e in page.events] == [6, 5, 4, 3, 2, 1]
+        assert [e.event.msg["message"] for e in page.events[:2]] == ["six", "child"]
+    finally:
+        store.close()
+    assert [f for _, found in verify_store(str(root)) for f in found] == []
+
+
+def test_an_append_after_another_process_recreated_the_session(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    store = journal.open(root, durability="os")
+    try:
+        store.save(Checkpoint.empty("a"))
+        store.append_event("a", 1, _warning("old"))
+        _child(root, "a", "delete-and-recreate")
+        event = store.append_event("a", 2, _warning("new"))
+        assert event.sequence == 1  # the new session's first event
+        page = store.event_page("a", EventPageRequest(limit=10))
+        assert [e.event.msg["message"] for e in page.events] == ["new"]
+    finally:
+        store.close()
+    assert [f for _, found in verify_store(str(root)) for f in found] == []
+
+
+@pytest.mark.parametrize("trash_emptied", [True, False])
+def test_a_delete_here_refuses_the_append_that_was_waiting_for_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trash_emptied: bool
+) -> None:
+    """A delete in this process locks the session through the same FileLock object,
+    so the holder line cannot tell: the lock's acquisition count does. (With the
+    trash emptied, the unlinked segment would tell too.)"""
+    store = journal.open(tmp_path / "s", durability="os")
+    if not trash_emptied:
+        store.tree.empty_trash_soon = lambda: None  # type: ignore[method-assign]
+    reached, gate = threading.Event(), threading.Event()
+    original = Session._acquire_writer
+
+    def paused(self: Session) -> None:
+        if threading.current_thread().name == "appender":
+            reached.set()
+            gate.wait(10)
+        original(self)
+
+    outcome: list[object] = []
+
+    def append() -> None:
+        try:
+            outcome.append(store.append_event("a", 2, _warning("into the trash?")))
+        except journal.JournalError as exc:
+            outcome.append(exc)
+
+    try:
+        store.save(Checkpoint.empty("a"))
+        store.append_event("a", 1, _warning("one"))  # the writer is open and quiet
+        monkeypatch.setattr(Session, "_acquire_writer", paused)
+        appender = threading.Thread(target=append, name="appender")
+        appender.start()
+        assert reached.wait(10)  # pinned the cached session, about to lock it
+        assert store.delete_sessions(["a"])
+        gate.set()
+        appender.join(10)
+        assert len(outcome) == 1 and isinstance(outcome[0], journal.NotFoundError), outcome
+        assert store.load("a") is None
+        if not trash_emptied:
+            trashed = list((tmp_path / "s" / "trash").glob("*/log/*.seg"))
+            assert len(trashed) == 1 and b"into the trash?" not in trashed[0].read_bytes()
+    finally:
+        gate.set()
+        store.close()
+
+
+def test_a_session_directory_removed_by_hand_refuses_appends(tmp_path: Path) -> None:
+    store = journal.open(tmp_path / "s", durability="os")
+    try:
+        store.save(Checkpoint.empty("a"))
+        store.append_event("a", 1, _warning("one"))
+        shutil.rmtree(store.session_dir("a"))
+        with pytest.raises(journal.NotFoundError):
+            store.append_event("a", 2, _warning("lost?"))
+    finally:
+        store.close()
+
+
+def test_a_dead_deleters_intent_dooms_the_session_for_a_quiet_writer(tmp_path: Path) -> None:
+    """A deleter that died after its intent became durable held the session's lock
+    (its holder line is on file): the next writer is not quiet, finds the intent,
+    finishes the delete and appends nothing."""
+    root = tmp_path / "s"
+    store = journal.open(root, durability="os")
+    try:
+        store.save(Checkpoint.empty("a"))
+        store.append_event("a", 1, _warning("one"))
+        code = textwrap.dedent(
+            """
+            import os, sys, journal
+            from journal import tree
+            store = journal.open(sys.argv[1], durability="os")
+            def die(self, path, intent, **kwargs):
+                os._exit(0)  # after the intent is durable, before any rename
+            tree.Tree.carry_out = die
+            store.delete_sessions(["a"])
+            """
+        )
+        subprocess.run([sys.executable, "-c", code, str(root)], check=True, timeout=60)
+        assert os.listdir(root / "txn")  # the orphaned intent
+        lock_line = (Path(store.session_dir("a")) / LOCK_FILE).read_bytes()
+        assert f"pid={os.getpid()} ".encode() not in lock_line  # the deleter's line
+        with pytest.raises(journal.NotFoundError):
+            store.append_event("a", 2, _warning("doomed"))
+        assert not os.path.exists(store.session_dir("a"))
+        assert store.load("a") is None
+    finally:
+        store.close()
