@@ -71,19 +71,9 @@ class FileLock:
         the holder). Returns whether the lock file still held this object's own
         holder line: if so, no other `FileLock`, in any process, took the lock
         since this one last did (every `acquire` writes its own line first)."""
-        fd = self._open()
-        deadline = time.monotonic() + timeout
-        delay = 0.0005
-        while not self._try_lock(fd):
-            if time.monotonic() >= deadline:
-                holder = self.holder()
-                raise LockTimeoutError(
-                    f"timed out after {timeout:g}s waiting for the writer lock of {self.what}"
-                    f" ({self.path}); held by {holder or 'an unknown process'}",
-                    holder=holder,
-                )
-            time.sleep(delay)
-            delay = min(delay * 2, 0.02)
+        fd = self._fd if self._fd is not None else self._open()
+        if not self._try_lock(fd):
+            self._wait_for_lock(fd, timeout)
         self.acquisitions += 1
         line = self._line
         try:
@@ -100,6 +90,20 @@ class FileLock:
                 self.release()
                 raise
         return ours
+
+    def _wait_for_lock(self, fd: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        delay = 0.0005
+        while not self._try_lock(fd):
+            if time.monotonic() >= deadline:
+                holder = self.holder()
+                raise LockTimeoutError(
+                    f"timed out after {timeout:g}s waiting for the writer lock of {self.what}"
+                    f" ({self.path}); held by {holder or 'an unknown process'}",
+                    holder=holder,
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
 
     def _write_line(self, fd: int, now: float) -> None:
         since = datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -25,6 +25,8 @@ import zstandard
 from .errors import CorruptionError
 
 HEADER = struct.Struct("<IIBB")
+_LENGTH_TYPE_FLAGS = struct.Struct("<IBB")
+_CRC = struct.Struct("<I")
 HEADER_SIZE = HEADER.size  # 10
 
 # Record types. 0 is never written: preallocated (zeroed) space reads as "no record".
@@ -87,8 +89,10 @@ def frame(rtype: int, payload: bytes, *, commit: bool, compress: bool = True) ->
         if len(packed) <= len(payload) - (len(payload) >> 3):
             payload = packed
             flags |= FLAG_ZSTD
-    body = struct.pack("<IBB", len(payload), rtype, flags) + payload
-    return struct.pack("<I", zlib.crc32(body)) + body
+    # The CRC is taken over header and payload without joining them first: one copy
+    # of the payload (the join) instead of two.
+    head = _LENGTH_TYPE_FLAGS.pack(len(payload), rtype, flags)
+    return b"".join((_CRC.pack(zlib.crc32(payload, zlib.crc32(head))), head, payload))
 
 
 class Record(msgspec.Struct, frozen=True, gc=False):

@@ -267,7 +267,10 @@ class Session:
         self.doomed: Callable[[], bool] | None = None
         self._appends: list[_Append] = []  # queued appends, the leader first
         self._context_cache: tuple[list[msgspec.Raw], int, bytes] | None = None
-        self._appends_cv = threading.Condition(threading.Lock())
+        # `with` on the lock itself where nothing waits: Condition.__enter__ is a
+        # Python-level call, on every append
+        self._appends_lock = threading.Lock()
+        self._appends_cv = threading.Condition(self._appends_lock)
         self._last_batch = 1
         self.users = 0  # calls using this object now (the store's cache never closes those)
         self.retired = False  # dropped from the store's cache: the last user closes it
@@ -914,17 +917,22 @@ class Session:
         """Our own commits, written at `start`, end at `end`: when the last scan had
         read cleanly up to `start`, readers here need not scan them again (`refresh`
         then costs a probe at `end`, as after a scan). Caller holds `_state_lock`."""
-        if self.tail_state.tail == "clean" and self.tail_state.end == start:
-            self.tail_state = ScanState(end=end)
+        state = self.tail_state
+        if state.tail == "clean" and state.end == start:
+            # In place (a new ScanState per commit cost more than the check): for a
+            # clean state, readers use only `tail` and `end` (`refresh`).
+            state.end = end
 
     def after_commit(self) -> None:
         """Cache upkeep, still under the lock: flush indexes, write a snapshot now and then."""
-        head = self.head
-        pending = sum(i.pending for i in self.indexes.values())
-        grown = head.covered - self._snapshot_covered
-        if grown >= max(self.options.snapshot_bytes, self._snapshot_size):
+        grown = self.head.covered - self._snapshot_covered
+        if grown >= self.options.snapshot_bytes and grown >= self._snapshot_size:
             self.flush_caches()
-        elif pending >= self.options.index_flush_entries:
+            return
+        pending = 0
+        for idx in self.indexes.values():  # a plain loop: this runs on every commit
+            pending += idx.pending
+        if pending >= self.options.index_flush_entries:
             # Under the state lock: readers in other threads walk the same Index
             # objects (and their file descriptors), which a flush replaces.
             with self._state_lock:
@@ -1106,7 +1114,7 @@ class Session:
         """
         req = _Append(recorded_at_ms, event, expected_latest)
         queue, cv = self._appends, self._appends_cv
-        with cv:
+        with self._appends_lock:
             queue.append(req)
             if len(queue) > 1:
                 cv.notify_all()  # a leader may be gathering (`_gather_appends`)
@@ -1170,8 +1178,7 @@ class Session:
             try:
                 self._acquire_writer()
                 try:
-                    cv = self._appends_cv
-                    with cv:
+                    with self._appends_lock:
                         queue = self._appends
                         batch = queue[:_MAX_APPEND_BATCH] if len(queue) > 1 else [leader]
                         for req in batch:
@@ -1188,11 +1195,11 @@ class Session:
             # appends that arrive during the sync queue up behind it and go out as
             # the next batch, one write and one sync for all of them.
             if durable:
-                self.log.wait_durable(max(req.end for req in batch))
+                self.log.wait_durable(leader.end if len(batch) == 1 else max(r.end for r in batch))
         except BaseException as exc:  # before the batch was taken, only the leader tried
             _fail_batch(batch, leader, exc)
         finally:
-            with self._appends_cv:
+            with self._appends_lock:
                 del self._appends[: len(batch)]
                 for req in batch:
                     req.done = True
