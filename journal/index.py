@@ -95,6 +95,9 @@ class Index:
         self._size = array("I")
         self._flags = array("I")
         self._dirty_flags: dict[int, tuple[int, int, int]] = {}  # i -> (flags, pos, size)
+        # entries and flag changes not in the file yet (len(_pos) + len(_dirty_flags)),
+        # kept as a number: writers look at it after every commit
+        self.pending = 0
         self.doubt = ""  # why the flushed entries cannot be trusted ("" if they can)
         # The flushed entries the last read checked: (first slot, entries as in the file).
         # A page read again (or the newest page after appends) reuses them unchecked;
@@ -116,6 +119,7 @@ class Index:
         self._keys, self._pos = array("Q"), array("Q")
         self._size, self._flags = array("I"), array("I")
         self._dirty_flags.clear()
+        self.pending = 0
         self.doubt = ""
         self._checked = (0, [])
         self._probed = {}
@@ -163,6 +167,7 @@ class Index:
         self._pos.append(pos)
         self._size.append(size)
         self._flags.append(flags)
+        self.pending += 1
 
     def mark_removed(self, i: int) -> None:
         if i >= self.flushed:
@@ -176,6 +181,8 @@ class Index:
                 # through this index raises it and the index is rebuilt.
                 self.doubt = str(exc)
                 return
+            if i not in self._dirty_flags:
+                self.pending += 1
             self._dirty_flags[i] = (flags | REMOVED, pos, size)
 
     def truncate_to(self, count: int) -> None:
@@ -185,6 +192,7 @@ class Index:
             return
         keep = count - self.flushed
         del self._keys[keep:], self._pos[keep:], self._size[keep:], self._flags[keep:]
+        self.pending = len(self._pos) + len(self._dirty_flags)
 
     # ---------------------------------------------------------------- lookups
     def get(self, i: int) -> tuple[int, int, int, int]:
@@ -343,13 +351,10 @@ class Index:
         self._keys, self._pos = array("Q"), array("Q")
         self._size, self._flags = array("I"), array("I")
         self._dirty_flags.clear()
+        self.pending = 0
         self._checked, self._probed = (0, []), {}  # flags in the file changed
         self._close()
         self._fd = os.open(self.path, os.O_RDONLY)
-
-    @property
-    def pending(self) -> int:
-        return len(self._pos) + len(self._dirty_flags)
 
     def discard_file(self) -> None:
         """Start over: the file is not trusted (rebuild follows)."""

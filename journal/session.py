@@ -1280,8 +1280,16 @@ class Session:
         head = self.head
         crc = int.from_bytes(data[:4], "little")
         indexes = self.indexes
-        events = indexes[KIND_EVENTS]
-        if head.covered != pos or any(i.covered != pos for i in indexes.values()):
+        events, checkpoints = indexes[KIND_EVENTS], indexes[KIND_CHECKPOINTS]
+        transcripts, executions = indexes[KIND_TRANSCRIPTS], indexes[KIND_EXECUTIONS]
+        if not (
+            head.covered
+            == events.covered
+            == checkpoints.covered
+            == transcripts.covered
+            == executions.covered
+            == pos
+        ):
             self._apply([Record(pos, size, EVENT, FLAG_COMMIT, b"", crc)], [payload])
             return
         if payload.sequence != head.event_counter + 1:
@@ -1297,8 +1305,7 @@ class Session:
                 if 0 < r <= count:
                     events.mark_removed(r - 1)
         end = pos + size
-        for idx in indexes.values():
-            idx.covered = end
+        events.covered = checkpoints.covered = transcripts.covered = executions.covered = end
         head.event_counter = payload.sequence
         head.covered = end
         head.anchor_pos, head.anchor_crc = pos, crc

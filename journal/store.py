@@ -401,7 +401,8 @@ class Store:
                         del self._sessions[sid]
                         closing.append(sess)
                         excess -= 1
-        _close_quietly(closing)
+        if closing:
+            _close_quietly(closing)
 
     def _retire(self, dropped: Sequence[Session | None]) -> None:
         """Close sessions just dropped from the cache, unless a call is using one:

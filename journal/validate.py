@@ -109,8 +109,16 @@ def _plain_json(value: object, allow_structs: bool) -> bool:
             elif kind is dict:
                 if depth >= MAX_JSON_DEPTH:
                     return False
-                for key in item:  # type: ignore[attr-defined]
-                    if type(key) is not str or not key.isascii():
+                # All keys in two C calls: join fails unless every key is a str,
+                # and UTF-8 (no lone surrogate) holds for them all or the join fails it.
+                try:
+                    keys = "".join(item)  # type: ignore[arg-type]
+                except TypeError:
+                    return False
+                if not keys.isascii():
+                    try:
+                        keys.encode("utf-8")
+                    except UnicodeEncodeError:
                         return False
                 below.extend(item.values())  # type: ignore[attr-defined]
             elif kind is list:
@@ -202,6 +210,15 @@ def validate_session_id(session_id: object, what: str = "session id") -> str:
     A session id is a non-blank str of at most 4 KiB of UTF-8. Any other character is
     allowed (NUL, '/', '..', non-ASCII): the store maps ids to safe file names.
     """
+    # Every call checks an id: an ASCII str (its UTF-8 length is its length, it has
+    # no surrogates) is answered without the general checks' function calls.
+    if (
+        type(session_id) is str
+        and session_id.isascii()
+        and len(session_id) <= MAX_ID_BYTES
+        and session_id.strip(_WHITESPACE)
+    ):
+        return session_id
     return _validate_identifier(session_id, what, MAX_ID_BYTES)
 
 
@@ -229,6 +246,8 @@ def validate_sequence(value: object, what: str) -> int:
 
 def validate_timestamp(recorded_at_ms: object) -> None:
     """Check an event's `recorded_at_ms`: an int, not negative, within i64."""
+    if type(recorded_at_ms) is int and 0 <= recorded_at_ms <= I64_MAX:
+        return
     _check_int(
         recorded_at_ms,
         "event journal timestamp",
