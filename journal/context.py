@@ -33,7 +33,7 @@ def plan_context(
     new_items: list[Any],
     new_epoch: int,
     *,
-    joined: bytes | None = None,
+    joined: bytes | bytearray | None = None,
 ) -> tuple[int, list[bytes]]:
     """Return (base, tail): how many stored items stay, and the encoded items to append.
 
@@ -53,10 +53,11 @@ def plan_context(
             "context prefix was truncated without advancing its epoch "
             f"(stored {n} items, got {len(new_items)}, epoch {new_epoch})"
         )
-    # One encode of the whole prefix (a C loop) decides the common case.
+    # One encode of the whole prefix (a C loop) decides the common case, compared
+    # past its array header without joining header and items into a new copy.
     if joined is None:
         joined = b"".join(stored)
-    if n and _encode(new_items[:n]) != msgpack_array_header(n) + joined:
+    if n and not _same_array(_encode(new_items[:n]), n, joined):
         for i in range(n):
             item = new_items[i]
             old = bytes(stored[i])
@@ -101,6 +102,16 @@ def _kind(value: Any) -> type:
     if isinstance(value, tuple):
         return list
     return type(value)
+
+
+def _same_array(encoded: bytes, n: int, joined: bytes | bytearray) -> bool:
+    """Is `encoded` the msgpack array of `n` items whose encodings are `joined`?"""
+    header = msgpack_array_header(n)
+    return (
+        len(encoded) == len(header) + len(joined)
+        and encoded.startswith(header)
+        and encoded.endswith(joined)  # memcmp; a memoryview == compares byte by byte
+    )
 
 
 def msgpack_array_header(n: int) -> bytes:

@@ -266,7 +266,7 @@ class Session:
         # under the lock when it cannot be taken for quiet, `_acquire_locks`)
         self.doomed: Callable[[], bool] | None = None
         self._appends: list[_Append] = []  # queued appends, the leader first
-        self._context_cache: tuple[list[msgspec.Raw], int, bytes] | None = None
+        self._context_cache: tuple[list[msgspec.Raw], int, bytearray] | None = None
         # `with` on the lock itself where nothing waits: Condition.__enter__ is a
         # Python-level call, on every append
         self._appends_lock = threading.Lock()
@@ -960,12 +960,14 @@ class Session:
         for idx in self.indexes.values():
             idx.flush(self.head.covered, anchor)
 
-    def _joined_context(self) -> bytes:
+    def _joined_context(self) -> bytearray:
         """`b"".join(head.context)`, kept between saves (writers hold the lock).
 
         The head's context list only grows in place within an epoch and is
         replaced by a new list otherwise, so the cache holds the list itself (not
-        its id, which a new list could reuse) and how many items it joined.
+        its id, which a new list could reuse) and how many items it joined. A
+        bytearray, extended in place: a new bytes object per save copied the whole
+        context each time.
         """
         context = self.head.context
         cached = self._context_cache
@@ -974,7 +976,7 @@ class Session:
             if cached[1] < len(context):
                 joined += b"".join(context[cached[1] :])
         else:
-            joined = b"".join(context)
+            joined = bytearray(b"".join(context))
         self._context_cache = (context, len(context), joined)
         return joined
 

@@ -501,7 +501,11 @@ class Store:
             start = min(len(sess_hint.head.context), len(cp.context))
         validate.validate_checkpoint(cp, context_start=start)
         items = _sequence(transcript_delta, "transcript_delta")
-        validate.check_json_value(items, "transcript_delta")
+        # The delta is usually the new context tail itself (the same objects), which
+        # was just checked: check it again only if it holds anything else.
+        checked = {id(item) for item in cp.context[start:]}
+        if any(id(item) not in checked for item in items):
+            validate.check_json_value(items, "transcript_delta")
         rec: ExecutionRecord | None = None
         if execution is not None:
             rec = _coerce(execution, ExecutionRecord, "execution")
@@ -512,14 +516,23 @@ class Store:
             validate.validate_event(e.event)
         self.registry.note(dir_name(cp.session_id))
         now = int(time.time())
+        sess = sess_hint  # looked up (and checked) above: not again
         for _ in range(8):
-            sess = self._session(cp.session_id)
             if sess is not None:
-                return self._save_existing(sess, cp, items, rec, evs, now)
+                try:
+                    return self._save_existing(sess, cp, items, rec, evs, now)
+                except SessionGone:
+                    # Deleted (or deleted and created again) since it was looked up,
+                    # found under its lock before anything was written: look again,
+                    # and create it if it is gone.
+                    sess = self._session(cp.session_id)
+                    continue
             if self._wait_for_delete(cp.session_id):
+                sess = self._session(cp.session_id)
                 continue
             journal = self._first_save(cp, items, rec, evs, now)
             if journal is None:  # another thread or process created the session first
+                sess = self._session(cp.session_id)
                 continue
             return journal
         raise JournalError(f"session {cp.session_id!r}: its directory keeps changing")

@@ -395,6 +395,11 @@ def _check_stats(stats: ExecutionStats, where: str) -> None:
 
 
 def _check_loose_json(cp: Checkpoint, context_start: int) -> None:
+    # The fast check over all fields at once (one walk, not one per field); the
+    # precise walks below run only to find and name what is wrong.
+    fields = [getattr(cp, name) for name in cp.__struct_fields__ if name != "context"]
+    if _plain_json(fields, True) and _plain_json(cp.context[max(context_start, 0) :], False):
+        return
     for name in cp.__struct_fields__:
         if name == "context":
             for index in range(max(context_start, 0), len(cp.context)):
