@@ -147,6 +147,7 @@ class Catalog:
         self.exec_copies: dict[tuple[str, int], Span] = {}  # (sid, seq) -> OP_EXECUTION record
         self._checked_copies: dict[tuple[int, int, ExecKey], bytes] = {}  # see execution_copies
         self.anchor = (0, 0)
+        self._quiet_mark = -1  # flock acquisitions at our last complete append
         self._snapshot_covered = 0
         self._snapshot_size = 0
         self._load_snapshot()
@@ -392,12 +393,25 @@ class Catalog:
         if not frames:
             return
         with self._lock:
-            self.flock.acquire(self.lock_timeout)
+            ours = self.flock.acquire(self.lock_timeout)
             try:
                 # Fast path, as for sessions: our writer is where we last wrote, nobody
-                # appended since (one pread), and it is still the catalog's file (no other
-                # process set a damaged catalog aside): there is nothing to read first.
-                if not (self.log.untouched_since(self.covered) and self.log.writer_is_current()):
+                # appended since, and it is still the catalog's file (no other process
+                # set a damaged catalog aside: that renames without the lock). Nobody
+                # appended if nobody else held the lock since our last append (our
+                # holder line, and no other lock here through this object: see
+                # `Session._acquire_locks`), or else if the bytes there are still zeros.
+                quiet = ours and self.flock.acquisitions == self._quiet_mark + 1
+                end = self.covered
+                self._quiet_mark = -1
+                if not (
+                    (
+                        self.log.writer_at(end, check_link=False)
+                        if quiet
+                        else self.log.untouched_since(end)
+                    )
+                    and self.log.writer_is_current()
+                ):
                     self._prepare_write()
                 start = self.log.writer_end
                 self.log.write(b"".join(frames))
@@ -408,6 +422,7 @@ class Catalog:
                     self.anchor = (pos, int.from_bytes(data[:4], "little"))
                     pos += len(data)
                 self.covered = pos
+                self._quiet_mark = self.flock.acquisitions
                 if self._snapshot_due():
                     self._write_snapshot()
             finally:
@@ -444,7 +459,8 @@ class Catalog:
         if not log.has_writer():
             return
         with self._lock:
-            if not self.flock.try_acquire():
+            # Recorded: the cut changes the file (see `FileLock.acquire`).
+            if not self.flock.try_acquire(record=True):
                 return
             try:
                 if log.untouched_since(self.covered):

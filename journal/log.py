@@ -627,15 +627,17 @@ class Log:
         except OSError:
             return False
 
-    def writer_at(self, end: int) -> bool:
+    def writer_at(self, end: int, *, check_link: bool = True) -> bool:
         """Whether our open writer is at `end` in a file that still has a name (one
-        fstat): for a writer that knows nobody else held the lock since it wrote
-        there, so the bytes at `end` need no probe (`untouched_since` reads them).
-        An unlinked file (the directory removed by hand) keeps taking writes that
-        nobody will ever read."""
+        fstat; none without `check_link`): for a writer that knows nobody else held
+        the lock since it wrote there, so the bytes at `end` need no probe
+        (`untouched_since` reads them). An unlinked file (the directory removed by
+        hand) keeps taking writes that nobody will ever read."""
         w = self._writer
         if w is None or w.poisoned or w.data_end != end or w.seg.path != self.segments[-1].path:
             return False
+        if not check_link:
+            return True
         try:
             return os.fstat(w.fd).st_nlink > 0
         except OSError:
