@@ -1253,65 +1253,77 @@ class Session:
                 seq += 1
             if not staged:
                 return
-            pos = start = self.log.writer_end
+            start = self.log.writer_end
             joined = staged[0][2] if len(staged) == 1 else b"".join(d for _, _, d in staged)
             try:
                 self.log.write(joined)
             except BaseException:
                 eventrules.undo(rules, changes)  # nothing was written
                 raise
-            for req, payload, data in staged:
-                self._apply_own_event(payload, pos, len(data), data)
-                pos += len(data)
-                req.end = pos
-                req.result = JournalEvent(
-                    sequence=payload.sequence,
-                    recorded_at_ms=payload.recorded_at_ms,
-                    event=payload.event,
-                    stream_metrics=payload.stream_metrics,
-                )
-            self._extend_view(start, pos)
+            end = self._apply_own_events(staged, start)
+            self._extend_view(start, end)
 
-    def _apply_own_event(self, payload: EventPayload, pos: int, size: int, data: bytes) -> None:
-        """`_apply` of one event commit this writer just wrote at `pos` (state lock held).
+    def _apply_own_events(
+        self, staged: list[tuple[_Append, EventPayload, bytes]], start: int
+    ) -> int:
+        """`_apply` of the one-event commits this writer just wrote from `start` (state
+        lock held); fills in each append's end and result, returns the end.
 
-        The writer's head and indexes all end at `pos` (it holds the write lock and
+        The writer's head and indexes all end at `start` (it holds the write lock and
         caught up before writing): the general `_apply`, which decides per
-        structure whether it already reflects the commit, is only needed otherwise.
+        structure whether it already reflects a commit, is only needed otherwise.
         """
         head = self.head
-        crc = int.from_bytes(data[:4], "little")
         indexes = self.indexes
         events, checkpoints = indexes[KIND_EVENTS], indexes[KIND_CHECKPOINTS]
         transcripts, executions = indexes[KIND_TRANSCRIPTS], indexes[KIND_EXECUTIONS]
-        if not (
+        current = (
             head.covered
             == events.covered
             == checkpoints.covered
             == transcripts.covered
             == executions.covered
-            == pos
-        ):
-            self._apply([Record(pos, size, EVENT, FLAG_COMMIT, b"", crc)], [payload])
-            return
-        if payload.sequence != head.event_counter + 1:
-            raise CorruptionError(
-                f"event sequence {payload.sequence} follows {head.event_counter}",
-                path=self.log.label,
-                offset=pos,
+            == start
+        )
+        pos = last = start
+        counter = head.event_counter
+        for req, payload, data in staged:
+            size = len(data)
+            if not current:
+                crc = int.from_bytes(data[:4], "little")
+                self._apply([Record(pos, size, EVENT, FLAG_COMMIT, b"", crc)], [payload])
+            else:
+                sequence = payload.sequence
+                if sequence != counter + 1:
+                    raise CorruptionError(
+                        f"event sequence {sequence} follows {counter}",
+                        path=self.log.label,
+                        offset=pos,
+                    )
+                counter = sequence
+                events.append(sequence, pos, size, REMOVED if payload.transient else 0)
+                if payload.removes:
+                    count = events.count
+                    for r in payload.removes:
+                        if 0 < r <= count:
+                            events.mark_removed(r - 1)
+            last = pos
+            pos += size
+            req.end = pos
+            req.result = JournalEvent(
+                sequence=payload.sequence,
+                recorded_at_ms=payload.recorded_at_ms,
+                event=payload.event,
+                stream_metrics=payload.stream_metrics,
             )
-        events.append(payload.sequence, pos, size, REMOVED if payload.transient else 0)
-        if payload.removes:
-            count = events.count
-            for r in payload.removes:
-                if 0 < r <= count:
-                    events.mark_removed(r - 1)
-        end = pos + size
-        events.covered = checkpoints.covered = transcripts.covered = executions.covered = end
-        head.event_counter = payload.sequence
-        head.covered = end
-        head.anchor_pos, head.anchor_crc = pos, crc
-        head.commits += 1
+        if current:
+            events.covered = checkpoints.covered = transcripts.covered = pos
+            executions.covered = head.covered = pos
+            head.event_counter = counter
+            head.anchor_pos = last
+            head.anchor_crc = int.from_bytes(staged[-1][2][:4], "little")
+            head.commits += len(staged)
+        return pos
 
     # ------------------------------------------------------------------ reading
     def refresh(self) -> None:

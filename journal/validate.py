@@ -536,6 +536,18 @@ def validate_execution_record(record: ExecutionRecord) -> None:
 
 def validate_event(event: Event) -> None:
     """Check an event: `msg` is an object with a string "type", and everything is JSON."""
+    # Every append checks one: the common shape answered in one expression, the
+    # checks below name what is wrong otherwise.
+    if type(event) is Event:
+        sid, msg = event.submission_id, event.msg
+        if (
+            (sid is None or (type(sid) is str and sid.isascii()))
+            and type(msg) is dict
+            and type(kind := msg.get("type")) is str
+            and kind
+            and _plain_json(msg, False)
+        ):
+            return
     if not isinstance(event, Event):
         _invalid(f"event must be an Event, not {_tname(event)}")
     if event.submission_id is not None:
