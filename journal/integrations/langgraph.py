@@ -25,8 +25,11 @@ Mapping (docs/langgraph.md has the full story):
 
 The saver keeps an in-memory index per session (checkpoint ids, parents,
 metadata, writes), built lazily from the session's event journal newest first
-and caught up with one small read per call, so it sees commits of other
-processes and of earlier runs.
+and caught up at every call, so it sees commits of other processes and of
+earlier runs: a read re-reads the newest event indexed and anything newer; a
+`put` checks the session's identity file and reads only newer events; a
+`put_writes` reads nothing and appends on condition that nothing was appended
+since (`expected_latest`), catching up and deciding again otherwise.
 """
 
 from __future__ import annotations
@@ -36,9 +39,9 @@ import base64
 import binascii
 import contextlib
 import math
+import operator
 import os
 import random
-import secrets
 import sys
 import threading
 import time
@@ -80,6 +83,7 @@ from journal.errors import (
     JournalError,
     NotFoundError,
 )
+from journal.session import Session as _CoreSession
 from journal.store import Durability, Store
 from journal.types import (
     CHECKPOINT_VERSION,
@@ -106,6 +110,7 @@ EV_WRITES = "langgraph_writes"
 EV_DELETE = "langgraph_delete"
 _PAGE = 256
 _MAX_INDEXES = 256
+_CAS_TRIES = 4  # conditional appends of one `put_writes` (the last one is not conditional)
 _MAX_LATE = 48  # late events the fast path reads one by one before it gives up
 _RAW_MEMO = 8192  # base64-decoded list items remembered (by identity) across reads
 _OBJ_MEMO_BYTES = 32 << 20  # msgpack bytes of the items whose decoded form is remembered
@@ -173,6 +178,34 @@ def _snapshot(value: Any) -> Any:
     if not isinstance(attrs, dict):
         return _NO_SNAPSHOT  # a dict, list or slotted object: always serialise again
     return attrs.copy()
+
+
+_is = operator.is_
+_attrs_of = operator.attrgetter("__dict__")
+
+
+@dataclass
+class _SerCache:
+    """The list items of a session's last put, position by position: the objects, a
+    shallow snapshot of each one's attributes (`_snapshot`) and their stored form."""
+
+    objs: list[Any]
+    snaps: list[Any]
+    items: list[Any]
+    attrs: bool  # every snapshot is an attribute dict (then checked in C loops)
+
+
+# The nonce (`n`) of each event, which tells apart two events at the same sequence
+# (`_mark`). Not a secret: a generator seeded from the OS once, and again in a
+# forked child (which must not repeat its parent's), instead of a system call per
+# event (`secrets`), which also gave the GIL away mid-commit.
+_nonce_rng = random.Random()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_nonce_rng.seed)
+
+
+def _nonce() -> str:
+    return f"{_nonce_rng.getrandbits(32):08x}"
 
 
 class _NoClone(Exception):
@@ -268,6 +301,11 @@ class _Index:
     sid: str
     thread_id: str
     ns: str
+    dir: str  # the session's directory
+    # The incarnation of that directory this index describes (see `_ident`): read
+    # before the index's first event, so a session deleted and created again since
+    # never matches.
+    ident: tuple[int, int, int] | None
     puts: dict[str, _Put] = field(default_factory=dict)  # newest put of each id
     writes: dict[str, dict[tuple[str, int], _Write]] = field(default_factory=dict)
     deleted: set[str] = field(default_factory=set)
@@ -292,8 +330,8 @@ class _Index:
     # epoch a checkpoint's context is a prefix of every later one's.
     older: tuple[int, int, list[Any]] | None = None
     order: list[_Put] | None = None  # `ordered()`, until `puts` or `deleted` change
-    # The list items of the last put: (object, attribute snapshot, stored item).
-    ser_cache: list[tuple[Any, Any, Any]] = field(default_factory=list)
+    # The list items of the last put (objects, attribute snapshots, stored items).
+    ser_cache: _SerCache | None = None
 
     @property
     def complete(self) -> bool:
@@ -494,6 +532,13 @@ def _fp_next(
 _Tuples = list[CheckpointTuple]
 
 
+class _Unread:
+    """The type of `_UNREAD`: an event's `fp` not parsed yet (None means it has none)."""
+
+
+_UNREAD = _Unread()
+
+
 class _NoFastPath(Exception):
     """The fast path cannot prove its answer: use the scan."""
 
@@ -682,8 +727,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
         return out
 
     def _dump_items(
-        self, values: list[Any], cache: list[tuple[Any, Any, Any]]
-    ) -> tuple[list[Any], list[tuple[Any, Any, Any]]]:
+        self, values: list[Any], cache: _SerCache | None
+    ) -> tuple[list[Any], _SerCache]:
         """Serialise list items, reusing the stored form of unchanged items of the last put.
 
         An item is reused only if it is the very same object as at the same position
@@ -693,24 +738,53 @@ class JournalSaver(BaseCheckpointSaver[str]):
         `additional_kwargs` dict, are not seen: LangGraph state is meant to be
         updated through nodes' returned writes, which create new objects.)
         """
-        items: list[Any] = []
-        fresh: list[tuple[Any, Any, Any]] = []
-        n = len(cache)
+        if cache is not None and cache.attrs:
+            n = min(len(values), len(cache.objs))
+            head = values if n == len(values) else values[:n]
+            objs = cache.objs if n == len(cache.objs) else cache.objs[:n]
+            snaps = cache.snaps if n == len(cache.snaps) else cache.snaps[:n]
+            # The common case (a list that grew), checked as the loop below checks it
+            # but in C loops: the same objects, each with attributes equal to its
+            # snapshot (each snapshot is an attribute dict, so each object has one).
+            try:
+                same = all(map(_is, head, objs)) and list(map(_attrs_of, head)) == snaps
+            except AttributeError:
+                same = False
+            if same:
+                items = cache.items[:n]
+                objs = list(values)
+                snaps = snaps[:]
+                attrs = True
+                for v in values[n:]:
+                    item = self._dump(v)
+                    snap = _snapshot(v)
+                    items.append(item)
+                    snaps.append(snap)
+                    attrs = attrs and type(snap) is dict
+                return items, _SerCache(objs, snaps, items[:], attrs)
+        old_objs = cache.objs if cache is not None else []
+        old_snaps = cache.snaps if cache is not None else []
+        old_items = cache.items if cache is not None else []
+        n = len(old_objs)
+        items = []
+        snaps = []
+        attrs = True
         for i, v in enumerate(values):
-            if i < n:
-                entry = cache[i]
-                if entry[0] is v:
-                    old_snap = entry[1]
-                    if old_snap is None or (
-                        old_snap is not _NO_SNAPSHOT and getattr(v, "__dict__", None) == old_snap
-                    ):  # (compared in place: no copy unless serialised again)
-                        items.append(entry[2])
-                        fresh.append(entry)
-                        continue
+            if i < n and old_objs[i] is v:
+                old_snap = old_snaps[i]
+                if old_snap is None or (
+                    old_snap is not _NO_SNAPSHOT and getattr(v, "__dict__", None) == old_snap
+                ):  # (compared in place: no copy unless serialised again)
+                    items.append(old_items[i])
+                    snaps.append(old_snap)
+                    attrs = attrs and type(old_snap) is dict
+                    continue
             item = self._dump(v)
+            snap = _snapshot(v)
             items.append(item)
-            fresh.append((v, _snapshot(v), item))
-        return items, fresh
+            snaps.append(snap)
+            attrs = attrs and type(snap) is dict
+        return items, _SerCache(list(values), snaps, items[:], attrs)
 
     @staticmethod
     def _jsonable(value: Any) -> Any:
@@ -739,9 +813,11 @@ class JournalSaver(BaseCheckpointSaver[str]):
         return dict(value) if isinstance(value, dict) else {}
 
     # ------------------------------------------------------------- index upkeep
-    def _parse_put(self, idx: _Index, ev: JournalEvent) -> _Put:
+    def _parse_put(self, idx: _Index, ev: JournalEvent, fp: _Fp | _Unread | None = _UNREAD) -> _Put:
+        """The put of a checkpoint event (`fp`: its `_fp_of`, if the caller has it)."""
         msg = ev.event.msg
-        fp = _fp_of(ev)
+        if isinstance(fp, _Unread):
+            fp = _fp_of(ev)
         known = fp is not None and fp.clean and fp.current
         try:
             ctx = msg.get("ctx") or [None, 0, 0]
@@ -763,11 +839,13 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 f"session {idx.sid!r}: malformed checkpoint event {ev.sequence}"
             ) from exc
 
-    def _apply(self, idx: _Index, ev: JournalEvent, *, forward: bool) -> None:
+    def _apply(
+        self, idx: _Index, ev: JournalEvent, *, forward: bool, fp: _Fp | _Unread | None = _UNREAD
+    ) -> None:
         msg = ev.event.msg
         kind = msg.get("type")
         if kind == EV_CHECKPOINT:
-            put = self._parse_put(idx, ev)
+            put = self._parse_put(idx, ev, fp)
             old = idx.puts.get(put.id)
             if old is None or old.seq < put.seq:
                 idx.puts[put.id] = put
@@ -787,8 +865,13 @@ class JournalSaver(BaseCheckpointSaver[str]):
             ):
                 raise CorruptionError(f"session {idx.sid!r}: malformed writes event {ev.sequence}")
             path = msg.get("path") if isinstance(msg.get("path"), str) else ""
-            fp = msg.get("fp")
-            if isinstance(fp, list) and len(fp) == _FP_LEN and fp[5] and fp[5][-1] == ev.sequence:
+            raw = msg.get("fp")
+            if (
+                isinstance(raw, list)
+                and len(raw) == _FP_LEN
+                and raw[5]
+                and raw[5][-1] == ev.sequence
+            ):
                 idx.wids[ev.sequence] = cid  # an ahead write: a later put will name it
             for pos, w in enumerate(writes):
                 if not isinstance(w, list) or len(w) != 3:
@@ -805,8 +888,23 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 idx.deleted.update(str(i) for i in ids)
                 idx.order = None
 
-    def _index(self, sid: str, thread_id: str, ns: str) -> _Index | None:
+    def _ident(self, session_dir: str) -> tuple[int, int, int] | None:
+        """What identifies the incarnation of a session directory (None: no such
+        session): the identity file the store writes once per session, as the store
+        itself tells a session deleted and created again from the one it opened."""
+        return _CoreSession.identity_key(session_dir)
+
+    def _index(self, sid: str, thread_id: str, ns: str, *, mode: str = "read") -> _Index | None:
         """The session's index, caught up with the store (None: no such session).
+
+        `mode` "read": the event at `high` is read again and must be the one indexed
+        (what tells a log deleted and created again, or cut by a repair), then the
+        events after it are applied. For a commit of this saver, whose event is
+        only trusted by readers when it lands right after `high`: "write" checks
+        the session's incarnation (`_ident`, one `stat`) instead of re-reading the
+        event at `high` and applies the events after it (a read that finds none
+        decodes nothing); "cas" checks only the incarnation, for an append made
+        with `expected_latest=high` (which the store refuses if anything came since).
 
         Call with the session lock held.
         """
@@ -814,20 +912,30 @@ class JournalSaver(BaseCheckpointSaver[str]):
             idx = self._indexes.get(sid)
             if idx is not None:
                 self._indexes.move_to_end(sid)
+        if idx is not None and mode != "read":
+            if (
+                idx.ident is not None
+                and self._ident(idx.dir) == idx.ident
+                and (mode == "cas" or self._catch_up(idx, verify=False))
+            ):
+                return idx
+            idx = None  # deleted (and perhaps created again) since: build it afresh
         # One read when the log still holds the event at `high`: it and anything newer.
         if idx is not None and idx.high > 0 and self._catch_up(idx):
             return idx
+        session_dir = idx.dir if idx is not None else self.store.session_dir(sid)
+        ident = self._ident(session_dir)  # before the first read: an older one never matches
         try:
             newest = self.store.event_page(sid, EventPageRequest(limit=1))
         except NotFoundError:
             self._forget(sid)
             return None
         latest = newest.latest_sequence
-        if idx is not None and idx.high == 0 and latest == 0:
+        if idx is not None and idx.high == 0 and latest == 0 and idx.ident == ident:
             return idx
-        if idx is not None and idx.high == 0 and self._catch_up(idx):
+        if idx is not None and idx.high == 0 and idx.ident == ident and self._catch_up(idx):
             return idx
-        idx = _Index(sid, thread_id, ns, low=latest + 1, high=latest)
+        idx = _Index(sid, thread_id, ns, session_dir, ident, low=latest + 1, high=latest)
         if newest.events:
             top = newest.events[0]
             idx.high_mark = _mark(top)
@@ -842,10 +950,14 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 self._indexes.popitem(last=False)
         return idx
 
-    def _catch_up(self, idx: _Index) -> bool:
-        """Apply the events after `high`; False if the log is not the one indexed."""
-        after = idx.high - 1 if idx.high > 0 else 0
-        first = True
+    def _catch_up(self, idx: _Index, *, verify: bool = True) -> bool:
+        """Apply the events after `high`; False if the log is not the one indexed.
+
+        `verify`: read the event at `high` again and compare it (else the caller
+        has checked the incarnation, see `_index`).
+        """
+        after = idx.high - 1 if verify and idx.high > 0 else idx.high
+        first = verify
         while True:
             events = self.store.events_after(idx.sid, after, _PAGE)
             if first and idx.high > 0:
@@ -857,11 +969,16 @@ class JournalSaver(BaseCheckpointSaver[str]):
             if not events:
                 return True
             for ev in events:
-                self._apply(idx, ev, forward=True)
-                idx.high = ev.sequence
-                idx.high_mark = _mark(ev)
-                idx.high_fp = _fp_of(ev)
+                self._advance(idx, ev)
                 after = ev.sequence
+
+    def _advance(self, idx: _Index, ev: JournalEvent) -> None:
+        """Apply the event right after `high` (read, or just committed) and move `high` to it."""
+        fp = _fp_of(ev)
+        self._apply(idx, ev, forward=True, fp=fp)
+        idx.high = ev.sequence
+        idx.high_mark = _mark(ev)
+        idx.high_fp = fp
 
     def _page_down(self, idx: _Index, until: int = 0) -> bool:
         """Index one more page of older events; False when already complete.
@@ -1308,7 +1425,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         md = get_serializable_checkpoint_metadata(config, metadata)
         msg: dict[str, Any] = {
             "type": EV_CHECKPOINT,
-            "n": secrets.token_hex(4),
+            "n": _nonce(),
             "seq": 0,
             "id": checkpoint["id"],
             "parent": parent,
@@ -1320,7 +1437,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         }
         with self._slock(sid):
             for attempt in range(3):
-                idx = self._index(sid, thread_id, ns)
+                idx = self._index(sid, thread_id, ns, mode="write")
                 if idx is None:
                     self._ensure_session(sid, thread_id, ns)
                     idx = self._index(sid, thread_id, ns)
@@ -1365,17 +1482,14 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 except ContractViolationError:
                     # Another writer moved the head: re-read it and try again.
                     idx.head = None
-                    idx.ser_cache = []
+                    idx.ser_cache = None
                     self._forget(sid)
                     if attempt == 2:
                         raise
                     continue
                 ev = written[0]
                 if ev.sequence == idx.high + 1:
-                    self._apply(idx, ev, forward=True)
-                    idx.high = ev.sequence
-                    idx.high_mark = _mark(ev)
-                    idx.high_fp = _fp_of(ev)
+                    self._advance(idx, ev)
                     if idx.wids and idx.high_fp is not None:  # keep only what `pend` names
                         idx.wids = {s: idx.wids[s] for s in idx.high_fp.pend if s in idx.wids}
                 else:
@@ -1404,46 +1518,72 @@ class JournalSaver(BaseCheckpointSaver[str]):
         if not isinstance(checkpoint_id, str):
             raise InvalidInputError("put_writes needs the config of a stored checkpoint")
         sid = self.session_id(thread_id, ns)
+        dumped: dict[int, list[str]] = {}  # serialised once, even if the append is retried
         with self._slock(sid):
-            idx = self._index(sid, thread_id, ns)
-            if idx is None:
-                self._ensure_session(sid, thread_id, ns)
-                idx = self._index(sid, thread_id, ns)
+            # No read of the log when nothing changed: the append is conditional on
+            # the log's latest event still being the newest one indexed (checked by
+            # the store under the session's write lock, across processes), so the
+            # duplicate check below saw every write stored before this one.
+            idx = self._index(sid, thread_id, ns, mode="cas")
+            for attempt in range(_CAS_TRIES):
                 if idx is None:
-                    raise NotFoundError(f"session {sid!r} vanished")
-            ahead = self._ahead_from(idx, checkpoint_id)
-            if ahead is not None:  # its put is still to come: earlier writes are >= ahead
-                while idx.low > ahead and self._page_down(idx, ahead):
-                    pass
-            elif self._find(idx, checkpoint_id) is None:
-                while self._page_down(idx):  # writes for an unknown id: check them all
-                    pass
-            existing = idx.writes.get(checkpoint_id, {})
-            entries: list[list[Any]] = []
-            for i, (channel, value) in enumerate(writes):
-                wid = WRITES_IDX_MAP.get(channel, i)
-                if wid >= 0 and (task_id, wid) in existing:
+                    self._ensure_session(sid, thread_id, ns)
+                    idx = self._index(sid, thread_id, ns)
+                    if idx is None:
+                        raise NotFoundError(f"session {sid!r} vanished")
+                ahead = self._ahead_from(idx, checkpoint_id)
+                if ahead is not None:  # its put is still to come: earlier writes are >= ahead
+                    while idx.low > ahead and self._page_down(idx, ahead):
+                        pass
+                elif self._find(idx, checkpoint_id) is None:
+                    while self._page_down(idx):  # writes for an unknown id: check them all
+                        pass
+                existing = idx.writes.get(checkpoint_id, {})
+                entries: list[list[Any]] = []
+                for i, (channel, value) in enumerate(writes):
+                    wid = WRITES_IDX_MAP.get(channel, i)
+                    if wid >= 0 and (task_id, wid) in existing:
+                        continue
+                    stored = dumped.get(i)
+                    if stored is None:
+                        stored = dumped[i] = self._dump(value)
+                    entries.append([wid, channel, stored])
+                if not entries:
+                    return
+                msg: dict[str, Any] = {
+                    "type": EV_WRITES,
+                    "n": _nonce(),
+                    "id": checkpoint_id,
+                    "task": task_id,
+                    "path": task_path,
+                    "w": entries,
+                    "fp": _fp_next(
+                        idx.high_fp, idx.high, EV_WRITES, checkpoint_id, self._resolver(idx)
+                    ),
+                }
+                # The last try appends unconditionally, after a full catch-up (a log
+                # that keeps moving under us: what every try did before).
+                expected = idx.high if attempt < _CAS_TRIES - 1 else None
+                try:
+                    ev = self.store.append_event(
+                        sid, int(time.time() * 1000), Event(msg=msg), expected_latest=expected
+                    )
+                except ContractViolationError:
+                    if expected is None:
+                        raise
+                    # Another writer appended since: catch up (re-checking the event at
+                    # `high`) and decide again what is stored already.
+                    seen = idx.high
+                    idx = self._index(sid, thread_id, ns)
+                    if idx is not None and idx.high == seen:
+                        # Nothing new is readable, yet the latest sequence moved (events
+                        # the log does not keep): take it from a new index.
+                        self._forget(sid)
+                        idx = self._index(sid, thread_id, ns)
                     continue
-                entries.append([wid, channel, self._dump(value)])
-            if not entries:
+                if ev.sequence == idx.high + 1:
+                    self._advance(idx, ev)
                 return
-            msg: dict[str, Any] = {
-                "type": EV_WRITES,
-                "n": secrets.token_hex(4),
-                "id": checkpoint_id,
-                "task": task_id,
-                "path": task_path,
-                "w": entries,
-                "fp": _fp_next(
-                    idx.high_fp, idx.high, EV_WRITES, checkpoint_id, self._resolver(idx)
-                ),
-            }
-            ev = self.store.append_event(sid, int(time.time() * 1000), Event(msg=msg))
-            if ev.sequence == idx.high + 1:
-                self._apply(idx, ev, forward=True)
-                idx.high = ev.sequence
-                idx.high_mark = _mark(ev)
-                idx.high_fp = _fp_of(ev)
 
     # ------------------------------------------------------------- reads
     def _tuple(
@@ -1699,12 +1839,14 @@ class JournalSaver(BaseCheckpointSaver[str]):
             return
         msg: dict[str, Any] = {
             "type": EV_DELETE,
-            "n": secrets.token_hex(4),
+            "n": _nonce(),
             "ids": [*ids],
             "reason": reason,
             "fp": _fp_next(idx.high_fp, idx.high, EV_DELETE, None, self._resolver(idx)),
         }
-        self.store.append_event(idx.sid, int(time.time() * 1000), Event(msg=msg))
+        ev = self.store.append_event(idx.sid, int(time.time() * 1000), Event(msg=msg))
+        if ev.sequence == idx.high + 1:
+            self._advance(idx, ev)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """`keep_latest`: hide all but each namespace's newest checkpoint; `delete`: delete."""
@@ -1774,7 +1916,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                     kind = msg.get("type")
                     if kind not in (EV_CHECKPOINT, EV_WRITES, EV_DELETE):
                         continue
-                    msg["n"] = secrets.token_hex(4)
+                    msg["n"] = _nonce()
                     cid = msg.get("id") if kind != EV_DELETE else None
                     msg["fp"] = _fp_next(
                         high_fp, high, str(kind), cid if isinstance(cid, str) else None, copied.get
