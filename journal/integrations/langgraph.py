@@ -1801,23 +1801,44 @@ class JournalSaver(BaseCheckpointSaver[str]):
                     out.append((s.session_id, parsed[0], parsed[1]))
 
         if thread_id is not None:
-            # The thread's root session and the sessions forked from it (its
-            # subgraph namespaces): what the catalog keeps per parent, not a walk
-            # of every session in the store.
             root = self.session_id(thread_id)
             summary = self.store.session_summary(root)
             take([summary] if summary is not None else [])
-            take(self.store.child_sessions(root))
-        else:
-            cursor = None
-            while True:
-                page = self.store.list_sessions_page(SessionPageRequest(cursor=cursor, limit=500))
-                take(page.sessions)
-                if page.next_cursor is None:
-                    break
-                cursor = page.next_cursor
+            return out + self._namespaces(thread_id)
+        cursor = None
+        while True:
+            page = self.store.list_sessions_page(SessionPageRequest(cursor=cursor, limit=500))
+            take(page.sessions)
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
         out.sort(key=lambda t: (t[1], t[2]))
         return out
+
+    def _namespaces(self, thread_id: str) -> list[tuple[str, str, str]]:
+        """(sid, thread_id, ns) of a thread's subgraph namespaces, by namespace.
+
+        They are the sessions forked from the thread's root (what the catalog keeps
+        per parent, not a walk of every session in the store) named as namespaces
+        of this thread: another fork of the root (made with `Store.fork`, say) is
+        not part of the thread.
+        """
+        out: list[tuple[str, str, str]] = []
+        for s in self.store.child_sessions(self.session_id(thread_id)):
+            if s.session_context.origin_label != ORIGIN_LABEL:
+                continue
+            parsed = self._parse_sid(s.session_id)
+            if parsed is not None and parsed[0] == thread_id and parsed[1]:
+                out.append((s.session_id, thread_id, parsed[1]))
+        out.sort(key=lambda t: t[2])
+        return out
+
+    def _thread_targets(self, thread_id: str) -> Iterator[tuple[str, str, str]]:
+        """`list`'s sessions of a thread: its root (whose index tells whether it
+        exists), then its namespaces, looked up in the catalog only if a `list`
+        gets past the root (one with a `limit` often does not)."""
+        yield self.session_id(thread_id), thread_id, ""
+        yield from self._namespaces(thread_id)
 
     def list(
         self,
@@ -1828,7 +1849,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first; `before` a checkpoint, at most `limit`, metadata `filter`."""
-        targets: list[tuple[str, str, str]]
+        targets: Iterable[tuple[str, str, str]]
         checkpoint_id: str | None = None
         if config is not None:
             thread_id, _ = self._target(config)
@@ -1836,16 +1857,21 @@ class JournalSaver(BaseCheckpointSaver[str]):
             checkpoint_id = get_checkpoint_id(config)
             ns = conf.get("checkpoint_ns")
             if ns is None:
-                targets = self._thread_sessions(thread_id)
+                targets = self._thread_targets(thread_id)
             else:
                 targets = [(self.session_id(thread_id, ns), thread_id, ns)]
         else:
             targets = self._thread_sessions(None)
         before_id = get_checkpoint_id(before) if before else None
         remaining = limit
-        for sid, thread_id, ns in targets:
-            if remaining is not None and remaining <= 0:
+        sessions = iter(targets)
+        # (The limit is checked before the next session is asked for: the catalog
+        # lookup of a thread's namespaces is not made when the root answered.)
+        while remaining is None or remaining > 0:
+            target = next(sessions, None)
+            if target is None:
                 return
+            sid, thread_id, ns = target
             with self._slock(sid):
                 idx = self._index(sid, thread_id, ns)
                 if idx is None:
