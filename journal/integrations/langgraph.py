@@ -198,8 +198,8 @@ class _SerCache:
 
 # The nonce (`n`) of each event, which tells apart two events at the same sequence
 # (`_mark`). Not a secret: a generator seeded from the OS once, and again in a
-# forked child (which must not repeat its parent's), instead of a system call per
-# event (`secrets`), which also gave the GIL away mid-commit.
+# forked child (which must not repeat its parent's), instead of a `getrandom` call
+# per event (`secrets.token_hex`).
 _nonce_rng = random.Random()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_nonce_rng.seed)
