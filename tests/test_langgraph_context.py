@@ -10,6 +10,7 @@ with LangGraph's `InMemorySaver` fed the same calls.
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -166,3 +167,42 @@ def test_messages_read_again_are_new_objects_equal_to_a_fresh_decode(tmp_path: P
         got = saver.get_tuple(cfg("t", ids[3]))
         assert got is not None
         same(got, ref.get_tuple(cfg("t", ids[3])))
+
+
+def test_messages_with_other_values_are_copied_or_decoded_again(tmp_path: Path) -> None:
+    # A message whose fields are plain msgpack values is copied from the msgpack of
+    # its fields; one with an int-keyed dict from a template copy; one holding a
+    # datetime is decoded again each time. Each read gets its own equal objects.
+    root = tmp_path / "store"
+    ref = InMemorySaver()
+    msgs: list[Any] = [
+        HumanMessage("plain", additional_kwargs={"x": [1, {"y": 2.5}]}),
+        AIMessage("int keys", additional_kwargs={1: "one", "n": {2: [3]}}),
+        HumanMessage("datetime", additional_kwargs={"when": datetime(2024, 1, 2, 3, 4)}),
+    ]
+    lists = [msgs[: i + 1] for i in range(len(msgs))] + [[*msgs, AIMessage("last")]]
+    with JournalSaver(root) as saver:
+        put_all([saver, ref], "t", lists)
+        for _ in range(3):
+            got = list(saver.list(cfg("t"), limit=4))
+            want = list(ref.list(cfg("t"), limit=4))
+            seen: set[int] = set()
+            for g, w in zip(got, want, strict=True):
+                same(g, w)
+                for a, b in zip(
+                    g.checkpoint["channel_values"]["messages"],
+                    w.checkpoint["channel_values"]["messages"],
+                    strict=True,
+                ):
+                    assert type(a) is type(b)
+                    assert a.__dict__ == b.__dict__
+                    assert a.__pydantic_fields_set__ == b.__pydantic_fields_set__
+                    for part in (a, a.additional_kwargs, *a.additional_kwargs.values()):
+                        if not isinstance(part, (str, int, float, datetime)):
+                            assert id(part) not in seen  # nothing mutable is shared
+                            seen.add(id(part))
+            # Mutate what this read returned: the next read must not see it.
+            for g in got:
+                for m in g.checkpoint["channel_values"]["messages"]:
+                    m.additional_kwargs["x"] = "changed"
+                    m.content = "changed"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,28 @@ async def test_a_pop_with_a_current_cache_reads_nothing_and_appends_conditionall
         assert contents(await s.get_items()) == ["a"]
     with journal.open(tmp_path / "store") as store:
         assert replay(store, "fast") == ["a"]
+
+
+@pytest.mark.asyncio
+async def test_a_pop_checks_the_sessions_identity_with_one_stat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The identity file alone tells incarnations apart (as the store does): one
+    # `stat` of it per pop, not one of the directory as well.
+    async with JournalSession("one", tmp_path / "store", durability="os") as s:
+        await s.add_items(msgs("a", "b"))
+        assert contents(await s.get_items()) == ["a", "b"]
+        real_stat = os.stat
+        mine: list[str] = []
+
+        def stat(path: Any, *a: Any, **k: Any) -> Any:
+            if sys._getframe(1).f_globals.get("__name__") == "journal.integrations.openai_agents":
+                mine.append(os.fspath(path))
+            return real_stat(path, *a, **k)
+
+        monkeypatch.setattr(os, "stat", stat)
+        assert contents([await s.pop_item()]) == ["b"]
+        assert mine == [s._identity_file]
 
 
 @pytest.mark.asyncio

@@ -25,8 +25,11 @@ Mapping (docs/langgraph.md has the full story):
 
 The saver keeps an in-memory index per session (checkpoint ids, parents,
 metadata, writes), built lazily from the session's event journal newest first
-and caught up with one small read per call, so it sees commits of other
-processes and of earlier runs.
+and caught up at every call, so it sees commits of other processes and of
+earlier runs: a read re-reads the newest event indexed and anything newer; a
+`put` checks the session's identity file and reads only newer events; a
+`put_writes` reads nothing and appends on condition that nothing was appended
+since (`expected_latest`), catching up and deciding again otherwise.
 """
 
 from __future__ import annotations
@@ -35,10 +38,11 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import functools
 import math
+import operator
 import os
 import random
-import secrets
 import sys
 import threading
 import time
@@ -80,6 +84,7 @@ from journal.errors import (
     JournalError,
     NotFoundError,
 )
+from journal.session import Session as _CoreSession
 from journal.store import Durability, Store
 from journal.types import (
     CHECKPOINT_VERSION,
@@ -106,6 +111,7 @@ EV_WRITES = "langgraph_writes"
 EV_DELETE = "langgraph_delete"
 _PAGE = 256
 _MAX_INDEXES = 256
+_CAS_TRIES = 4  # conditional appends of one `put_writes` (the last one is not conditional)
 _MAX_LATE = 48  # late events the fast path reads one by one before it gives up
 _RAW_MEMO = 8192  # base64-decoded list items remembered (by identity) across reads
 _OBJ_MEMO_BYTES = 32 << 20  # msgpack bytes of the items whose decoded form is remembered
@@ -175,6 +181,34 @@ def _snapshot(value: Any) -> Any:
     return attrs.copy()
 
 
+_is = operator.is_
+_attrs_of = operator.attrgetter("__dict__")
+
+
+@dataclass
+class _SerCache:
+    """The list items of a session's last put, position by position: the objects, a
+    shallow snapshot of each one's attributes (`_snapshot`) and their stored form."""
+
+    objs: list[Any]
+    snaps: list[Any]
+    items: list[Any]
+    attrs: bool  # every snapshot is an attribute dict (then checked in C loops)
+
+
+# The nonce (`n`) of each event, which tells apart two events at the same sequence
+# (`_mark`). Not a secret: a generator seeded from the OS once, and again in a
+# forked child (which must not repeat its parent's), instead of a `getrandom` call
+# per event (`secrets.token_hex`).
+_nonce_rng = random.Random()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_nonce_rng.seed)
+
+
+def _nonce() -> str:
+    return f"{_nonce_rng.getrandbits(32):08x}"
+
+
 class _NoClone(Exception):
     """`_clone` cannot copy this value (it is decoded afresh instead)."""
 
@@ -211,6 +245,80 @@ def _clone(value: Any) -> Any:
         _set_attr(new, "__pydantic_private__", None)
         return new
     raise _NoClone
+
+
+_mp_encode = msgspec.msgpack.Encoder().encode
+_mp_decode = msgspec.msgpack.Decoder().decode
+_I64_MIN = -(1 << 63)
+_U64_MAX = (1 << 64) - 1
+_EXACT_DEPTH = 32
+
+
+def _exact(value: Any) -> bool:
+    """Whether msgpack gives `value` back equal and with the same types: str, int
+    (64-bit), float, bool, None, and lists and str-keyed dicts of those."""
+    level = [value]
+    for _ in range(_EXACT_DEPTH):
+        below: list[Any] = []
+        for v in level:
+            t = type(v)
+            if t is str or t is float or t is bool or v is None:
+                continue
+            if t is int:
+                if not _I64_MIN <= v <= _U64_MAX:
+                    return False
+            elif t is dict:
+                for k in v:
+                    if type(k) is not str:
+                        return False
+                below.extend(v.values())
+            elif t is list:
+                below.extend(v)
+            else:
+                return False
+        if not below:
+            return True
+        level = below
+    return False
+
+
+def _exact_bytes(raw: bytes) -> bytes:
+    """`raw` in a bytes object of its size (msgspec's can hold half as much again spare)."""
+    return bytes(memoryview(raw))
+
+
+def _message_from(
+    t: type[Any], attrs: bytes, extra: bytes | None, fields: frozenset[str]
+) -> Any:
+    """A new message of type `t` from the msgpack of its attributes (as `_clone` builds one)."""
+    new = object.__new__(t)
+    _set_attr(new, "__dict__", _mp_decode(attrs))
+    _set_attr(new, "__pydantic_extra__", None if extra is None else _mp_decode(extra))
+    _set_attr(new, "__pydantic_fields_set__", set(fields))
+    _set_attr(new, "__pydantic_private__", None)
+    return new
+
+
+def _copier(value: Any) -> Callable[[], Any]:
+    """A function that returns a new copy of a decoded list item at each call: equal
+    to a fresh decode, sharing no mutable part with `value` or with other copies.
+
+    A message whose fields hold only msgpack values (`_exact`) is rebuilt from the
+    msgpack of its fields (one C decode: about half what `_clone` costs); anything
+    else `_clone` can copy is copied from a template. Raises `_NoClone` otherwise.
+    """
+    if isinstance(value, BaseMessage) and not value.__pydantic_private__:
+        extra = value.__pydantic_extra__
+        if _exact(value.__dict__) and (extra is None or _exact(extra)):
+            try:
+                attrs = _exact_bytes(_mp_encode(value.__dict__))
+                extra_raw = None if extra is None else _exact_bytes(_mp_encode(extra))
+            except (msgspec.EncodeError, UnicodeEncodeError, OverflowError):
+                pass  # e.g. a string with a lone surrogate: copied by `_clone`
+            else:
+                fields = frozenset(value.__pydantic_fields_set__)
+                return functools.partial(_message_from, type(value), attrs, extra_raw, fields)
+    return functools.partial(_clone, _clone(value))
 
 
 def _first_user_message(messages: list[Any]) -> str | None:
@@ -268,6 +376,11 @@ class _Index:
     sid: str
     thread_id: str
     ns: str
+    dir: str  # the session's directory
+    # The incarnation of that directory this index describes (see `_ident`): read
+    # before the index's first event, so a session deleted and created again since
+    # never matches.
+    ident: tuple[int, int, int] | None
     puts: dict[str, _Put] = field(default_factory=dict)  # newest put of each id
     writes: dict[str, dict[tuple[str, int], _Write]] = field(default_factory=dict)
     deleted: set[str] = field(default_factory=set)
@@ -292,8 +405,8 @@ class _Index:
     # epoch a checkpoint's context is a prefix of every later one's.
     older: tuple[int, int, list[Any]] | None = None
     order: list[_Put] | None = None  # `ordered()`, until `puts` or `deleted` change
-    # The list items of the last put: (object, attribute snapshot, stored item).
-    ser_cache: list[tuple[Any, Any, Any]] = field(default_factory=list)
+    # The list items of the last put (objects, attribute snapshots, stored items).
+    ser_cache: _SerCache | None = None
 
     @property
     def complete(self) -> bool:
@@ -494,6 +607,13 @@ def _fp_next(
 _Tuples = list[CheckpointTuple]
 
 
+class _Unread:
+    """The type of `_UNREAD`: an event's `fp` not parsed yet (None means it has none)."""
+
+
+_UNREAD = _Unread()
+
+
 class _NoFastPath(Exception):
     """The fast path cannot prove its answer: use the scan."""
 
@@ -536,7 +656,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         self._indexes: OrderedDict[str, _Index] = OrderedDict()
         self._fast_list = isinstance(self.serde, JsonPlusSerializer)
         self._raw_memo: dict[int, tuple[Any, bytes]] = {}
-        self._obj_memo: dict[int, tuple[Any, Any]] = {}  # see `_load_list_fast`
+        self._obj_memo: dict[int, tuple[Any, Callable[[], Any]]] = {}  # `_load_list_fast`
         self._obj_memo_bytes = 0  # msgpack bytes of the items `_obj_memo` holds
 
     # ------------------------------------------------------------- lifecycle
@@ -641,10 +761,10 @@ class JournalSaver(BaseCheckpointSaver[str]):
         The contexts of a thread's checkpoints share their stored items (one is a
         prefix of the next), so a `list` returning k checkpoints would decode the
         same message up to k times (pydantic validation: most of a warm `list`).
-        Instead the first decode of a stored item is kept as a template (by the
-        item's identity) and later reads get a copy of it: a new object, equal to
-        a fresh decode, sharing no mutable part with the template or with other
-        copies (`_clone`; a value it cannot copy that way is decoded every time).
+        Instead the first decode of a stored item is kept (by the item's identity)
+        as a way to copy it (`_copier`), and later reads get a copy: a new object,
+        equal to a fresh decode, sharing no mutable part with other copies (a value
+        that cannot be copied that way is decoded every time).
         """
         memo = self._obj_memo
         out: list[Any] = [None] * len(items)
@@ -653,7 +773,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         for i, item in enumerate(items):
             hit = memo.get(id(item))
             if hit is not None and hit[0] is item:
-                out[i] = _clone(hit[1])
+                out[i] = hit[1]()
             else:
                 miss_at.append(i)
                 miss.append(item)
@@ -671,19 +791,19 @@ class JournalSaver(BaseCheckpointSaver[str]):
         for i, item, r, value in zip(miss_at, miss, raws, decoded, strict=True):
             out[i] = value
             try:
-                template = _clone(value)
+                copy = _copier(value)
             except _NoClone:
                 continue
             if len(memo) >= _RAW_MEMO or self._obj_memo_bytes > _OBJ_MEMO_BYTES:
                 memo.clear()
                 self._obj_memo_bytes = 0
-            memo[id(item)] = (item, template)  # holds the item: its id cannot be reused
+            memo[id(item)] = (item, copy)  # holds the item: its id cannot be reused
             self._obj_memo_bytes += len(r)
         return out
 
     def _dump_items(
-        self, values: list[Any], cache: list[tuple[Any, Any, Any]]
-    ) -> tuple[list[Any], list[tuple[Any, Any, Any]]]:
+        self, values: list[Any], cache: _SerCache | None
+    ) -> tuple[list[Any], _SerCache]:
         """Serialise list items, reusing the stored form of unchanged items of the last put.
 
         An item is reused only if it is the very same object as at the same position
@@ -693,24 +813,53 @@ class JournalSaver(BaseCheckpointSaver[str]):
         `additional_kwargs` dict, are not seen: LangGraph state is meant to be
         updated through nodes' returned writes, which create new objects.)
         """
-        items: list[Any] = []
-        fresh: list[tuple[Any, Any, Any]] = []
-        n = len(cache)
+        if cache is not None and cache.attrs:
+            n = min(len(values), len(cache.objs))
+            head = values if n == len(values) else values[:n]
+            objs = cache.objs if n == len(cache.objs) else cache.objs[:n]
+            snaps = cache.snaps if n == len(cache.snaps) else cache.snaps[:n]
+            # The common case (a list that grew), checked as the loop below checks it
+            # but in C loops: the same objects, each with attributes equal to its
+            # snapshot (each snapshot is an attribute dict, so each object has one).
+            try:
+                same = all(map(_is, head, objs)) and list(map(_attrs_of, head)) == snaps
+            except AttributeError:
+                same = False
+            if same:
+                items = cache.items[:n]
+                objs = list(values)
+                snaps = snaps[:]
+                attrs = True
+                for v in values[n:]:
+                    item = self._dump(v)
+                    snap = _snapshot(v)
+                    items.append(item)
+                    snaps.append(snap)
+                    attrs = attrs and type(snap) is dict
+                return items, _SerCache(objs, snaps, items[:], attrs)
+        old_objs = cache.objs if cache is not None else []
+        old_snaps = cache.snaps if cache is not None else []
+        old_items = cache.items if cache is not None else []
+        n = len(old_objs)
+        items = []
+        snaps = []
+        attrs = True
         for i, v in enumerate(values):
-            if i < n:
-                entry = cache[i]
-                if entry[0] is v:
-                    old_snap = entry[1]
-                    if old_snap is None or (
-                        old_snap is not _NO_SNAPSHOT and getattr(v, "__dict__", None) == old_snap
-                    ):  # (compared in place: no copy unless serialised again)
-                        items.append(entry[2])
-                        fresh.append(entry)
-                        continue
+            if i < n and old_objs[i] is v:
+                old_snap = old_snaps[i]
+                if old_snap is None or (
+                    old_snap is not _NO_SNAPSHOT and getattr(v, "__dict__", None) == old_snap
+                ):  # (compared in place: no copy unless serialised again)
+                    items.append(old_items[i])
+                    snaps.append(old_snap)
+                    attrs = attrs and type(old_snap) is dict
+                    continue
             item = self._dump(v)
+            snap = _snapshot(v)
             items.append(item)
-            fresh.append((v, _snapshot(v), item))
-        return items, fresh
+            snaps.append(snap)
+            attrs = attrs and type(snap) is dict
+        return items, _SerCache(list(values), snaps, items[:], attrs)
 
     @staticmethod
     def _jsonable(value: Any) -> Any:
@@ -739,9 +888,11 @@ class JournalSaver(BaseCheckpointSaver[str]):
         return dict(value) if isinstance(value, dict) else {}
 
     # ------------------------------------------------------------- index upkeep
-    def _parse_put(self, idx: _Index, ev: JournalEvent) -> _Put:
+    def _parse_put(self, idx: _Index, ev: JournalEvent, fp: _Fp | _Unread | None = _UNREAD) -> _Put:
+        """The put of a checkpoint event (`fp`: its `_fp_of`, if the caller has it)."""
         msg = ev.event.msg
-        fp = _fp_of(ev)
+        if isinstance(fp, _Unread):
+            fp = _fp_of(ev)
         known = fp is not None and fp.clean and fp.current
         try:
             ctx = msg.get("ctx") or [None, 0, 0]
@@ -763,11 +914,13 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 f"session {idx.sid!r}: malformed checkpoint event {ev.sequence}"
             ) from exc
 
-    def _apply(self, idx: _Index, ev: JournalEvent, *, forward: bool) -> None:
+    def _apply(
+        self, idx: _Index, ev: JournalEvent, *, forward: bool, fp: _Fp | _Unread | None = _UNREAD
+    ) -> None:
         msg = ev.event.msg
         kind = msg.get("type")
         if kind == EV_CHECKPOINT:
-            put = self._parse_put(idx, ev)
+            put = self._parse_put(idx, ev, fp)
             old = idx.puts.get(put.id)
             if old is None or old.seq < put.seq:
                 idx.puts[put.id] = put
@@ -787,8 +940,13 @@ class JournalSaver(BaseCheckpointSaver[str]):
             ):
                 raise CorruptionError(f"session {idx.sid!r}: malformed writes event {ev.sequence}")
             path = msg.get("path") if isinstance(msg.get("path"), str) else ""
-            fp = msg.get("fp")
-            if isinstance(fp, list) and len(fp) == _FP_LEN and fp[5] and fp[5][-1] == ev.sequence:
+            raw = msg.get("fp")
+            if (
+                isinstance(raw, list)
+                and len(raw) == _FP_LEN
+                and raw[5]
+                and raw[5][-1] == ev.sequence
+            ):
                 idx.wids[ev.sequence] = cid  # an ahead write: a later put will name it
             for pos, w in enumerate(writes):
                 if not isinstance(w, list) or len(w) != 3:
@@ -805,8 +963,23 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 idx.deleted.update(str(i) for i in ids)
                 idx.order = None
 
-    def _index(self, sid: str, thread_id: str, ns: str) -> _Index | None:
+    def _ident(self, session_dir: str) -> tuple[int, int, int] | None:
+        """What identifies the incarnation of a session directory (None: no such
+        session): the identity file the store writes once per session, as the store
+        itself tells a session deleted and created again from the one it opened."""
+        return _CoreSession.identity_key(session_dir)
+
+    def _index(self, sid: str, thread_id: str, ns: str, *, mode: str = "read") -> _Index | None:
         """The session's index, caught up with the store (None: no such session).
+
+        `mode` "read": the event at `high` is read again and must be the one indexed
+        (what tells a log deleted and created again, or cut by a repair), then the
+        events after it are applied. For a commit of this saver, whose event is
+        only trusted by readers when it lands right after `high`: "write" checks
+        the session's incarnation (`_ident`, one `stat`) instead of re-reading the
+        event at `high` and applies the events after it (a read that finds none
+        decodes nothing); "cas" checks only the incarnation, for an append made
+        with `expected_latest=high` (which the store refuses if anything came since).
 
         Call with the session lock held.
         """
@@ -814,20 +987,30 @@ class JournalSaver(BaseCheckpointSaver[str]):
             idx = self._indexes.get(sid)
             if idx is not None:
                 self._indexes.move_to_end(sid)
+        if idx is not None and mode != "read":
+            if (
+                idx.ident is not None
+                and self._ident(idx.dir) == idx.ident
+                and (mode == "cas" or self._catch_up(idx, verify=False))
+            ):
+                return idx
+            idx = None  # deleted (and perhaps created again) since: build it afresh
         # One read when the log still holds the event at `high`: it and anything newer.
         if idx is not None and idx.high > 0 and self._catch_up(idx):
             return idx
+        session_dir = idx.dir if idx is not None else self.store.session_dir(sid)
+        ident = self._ident(session_dir)  # before the first read: an older one never matches
         try:
             newest = self.store.event_page(sid, EventPageRequest(limit=1))
         except NotFoundError:
             self._forget(sid)
             return None
         latest = newest.latest_sequence
-        if idx is not None and idx.high == 0 and latest == 0:
+        if idx is not None and idx.high == 0 and latest == 0 and idx.ident == ident:
             return idx
-        if idx is not None and idx.high == 0 and self._catch_up(idx):
+        if idx is not None and idx.high == 0 and idx.ident == ident and self._catch_up(idx):
             return idx
-        idx = _Index(sid, thread_id, ns, low=latest + 1, high=latest)
+        idx = _Index(sid, thread_id, ns, session_dir, ident, low=latest + 1, high=latest)
         if newest.events:
             top = newest.events[0]
             idx.high_mark = _mark(top)
@@ -842,10 +1025,14 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 self._indexes.popitem(last=False)
         return idx
 
-    def _catch_up(self, idx: _Index) -> bool:
-        """Apply the events after `high`; False if the log is not the one indexed."""
-        after = idx.high - 1 if idx.high > 0 else 0
-        first = True
+    def _catch_up(self, idx: _Index, *, verify: bool = True) -> bool:
+        """Apply the events after `high`; False if the log is not the one indexed.
+
+        `verify`: read the event at `high` again and compare it (else the caller
+        has checked the incarnation, see `_index`).
+        """
+        after = idx.high - 1 if verify and idx.high > 0 else idx.high
+        first = verify
         while True:
             events = self.store.events_after(idx.sid, after, _PAGE)
             if first and idx.high > 0:
@@ -857,11 +1044,16 @@ class JournalSaver(BaseCheckpointSaver[str]):
             if not events:
                 return True
             for ev in events:
-                self._apply(idx, ev, forward=True)
-                idx.high = ev.sequence
-                idx.high_mark = _mark(ev)
-                idx.high_fp = _fp_of(ev)
+                self._advance(idx, ev)
                 after = ev.sequence
+
+    def _advance(self, idx: _Index, ev: JournalEvent) -> None:
+        """Apply the event right after `high` (read, or just committed) and move `high` to it."""
+        fp = _fp_of(ev)
+        self._apply(idx, ev, forward=True, fp=fp)
+        idx.high = ev.sequence
+        idx.high_mark = _mark(ev)
+        idx.high_fp = fp
 
     def _page_down(self, idx: _Index, until: int = 0) -> bool:
         """Index one more page of older events; False when already complete.
@@ -1308,7 +1500,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         md = get_serializable_checkpoint_metadata(config, metadata)
         msg: dict[str, Any] = {
             "type": EV_CHECKPOINT,
-            "n": secrets.token_hex(4),
+            "n": _nonce(),
             "seq": 0,
             "id": checkpoint["id"],
             "parent": parent,
@@ -1320,7 +1512,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         }
         with self._slock(sid):
             for attempt in range(3):
-                idx = self._index(sid, thread_id, ns)
+                idx = self._index(sid, thread_id, ns, mode="write")
                 if idx is None:
                     self._ensure_session(sid, thread_id, ns)
                     idx = self._index(sid, thread_id, ns)
@@ -1365,17 +1557,14 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 except ContractViolationError:
                     # Another writer moved the head: re-read it and try again.
                     idx.head = None
-                    idx.ser_cache = []
+                    idx.ser_cache = None
                     self._forget(sid)
                     if attempt == 2:
                         raise
                     continue
                 ev = written[0]
                 if ev.sequence == idx.high + 1:
-                    self._apply(idx, ev, forward=True)
-                    idx.high = ev.sequence
-                    idx.high_mark = _mark(ev)
-                    idx.high_fp = _fp_of(ev)
+                    self._advance(idx, ev)
                     if idx.wids and idx.high_fp is not None:  # keep only what `pend` names
                         idx.wids = {s: idx.wids[s] for s in idx.high_fp.pend if s in idx.wids}
                 else:
@@ -1404,46 +1593,72 @@ class JournalSaver(BaseCheckpointSaver[str]):
         if not isinstance(checkpoint_id, str):
             raise InvalidInputError("put_writes needs the config of a stored checkpoint")
         sid = self.session_id(thread_id, ns)
+        dumped: dict[int, list[str]] = {}  # serialised once, even if the append is retried
         with self._slock(sid):
-            idx = self._index(sid, thread_id, ns)
-            if idx is None:
-                self._ensure_session(sid, thread_id, ns)
-                idx = self._index(sid, thread_id, ns)
+            # No read of the log when nothing changed: the append is conditional on
+            # the log's latest event still being the newest one indexed (checked by
+            # the store under the session's write lock, across processes), so the
+            # duplicate check below saw every write stored before this one.
+            idx = self._index(sid, thread_id, ns, mode="cas")
+            for attempt in range(_CAS_TRIES):
                 if idx is None:
-                    raise NotFoundError(f"session {sid!r} vanished")
-            ahead = self._ahead_from(idx, checkpoint_id)
-            if ahead is not None:  # its put is still to come: earlier writes are >= ahead
-                while idx.low > ahead and self._page_down(idx, ahead):
-                    pass
-            elif self._find(idx, checkpoint_id) is None:
-                while self._page_down(idx):  # writes for an unknown id: check them all
-                    pass
-            existing = idx.writes.get(checkpoint_id, {})
-            entries: list[list[Any]] = []
-            for i, (channel, value) in enumerate(writes):
-                wid = WRITES_IDX_MAP.get(channel, i)
-                if wid >= 0 and (task_id, wid) in existing:
+                    self._ensure_session(sid, thread_id, ns)
+                    idx = self._index(sid, thread_id, ns)
+                    if idx is None:
+                        raise NotFoundError(f"session {sid!r} vanished")
+                ahead = self._ahead_from(idx, checkpoint_id)
+                if ahead is not None:  # its put is still to come: earlier writes are >= ahead
+                    while idx.low > ahead and self._page_down(idx, ahead):
+                        pass
+                elif self._find(idx, checkpoint_id) is None:
+                    while self._page_down(idx):  # writes for an unknown id: check them all
+                        pass
+                existing = idx.writes.get(checkpoint_id, {})
+                entries: list[list[Any]] = []
+                for i, (channel, value) in enumerate(writes):
+                    wid = WRITES_IDX_MAP.get(channel, i)
+                    if wid >= 0 and (task_id, wid) in existing:
+                        continue
+                    stored = dumped.get(i)
+                    if stored is None:
+                        stored = dumped[i] = self._dump(value)
+                    entries.append([wid, channel, stored])
+                if not entries:
+                    return
+                msg: dict[str, Any] = {
+                    "type": EV_WRITES,
+                    "n": _nonce(),
+                    "id": checkpoint_id,
+                    "task": task_id,
+                    "path": task_path,
+                    "w": entries,
+                    "fp": _fp_next(
+                        idx.high_fp, idx.high, EV_WRITES, checkpoint_id, self._resolver(idx)
+                    ),
+                }
+                # The last try appends unconditionally, after a full catch-up (a log
+                # that keeps moving under us: what every try did before).
+                expected = idx.high if attempt < _CAS_TRIES - 1 else None
+                try:
+                    ev = self.store.append_event(
+                        sid, int(time.time() * 1000), Event(msg=msg), expected_latest=expected
+                    )
+                except ContractViolationError:
+                    if expected is None:
+                        raise
+                    # Another writer appended since: catch up (re-checking the event at
+                    # `high`) and decide again what is stored already.
+                    seen = idx.high
+                    idx = self._index(sid, thread_id, ns)
+                    if idx is not None and idx.high == seen:
+                        # Nothing new is readable, yet the latest sequence moved (events
+                        # the log does not keep): take it from a new index.
+                        self._forget(sid)
+                        idx = self._index(sid, thread_id, ns)
                     continue
-                entries.append([wid, channel, self._dump(value)])
-            if not entries:
+                if ev.sequence == idx.high + 1:
+                    self._advance(idx, ev)
                 return
-            msg: dict[str, Any] = {
-                "type": EV_WRITES,
-                "n": secrets.token_hex(4),
-                "id": checkpoint_id,
-                "task": task_id,
-                "path": task_path,
-                "w": entries,
-                "fp": _fp_next(
-                    idx.high_fp, idx.high, EV_WRITES, checkpoint_id, self._resolver(idx)
-                ),
-            }
-            ev = self.store.append_event(sid, int(time.time() * 1000), Event(msg=msg))
-            if ev.sequence == idx.high + 1:
-                self._apply(idx, ev, forward=True)
-                idx.high = ev.sequence
-                idx.high_mark = _mark(ev)
-                idx.high_fp = _fp_of(ev)
 
     # ------------------------------------------------------------- reads
     def _tuple(
@@ -1586,23 +1801,44 @@ class JournalSaver(BaseCheckpointSaver[str]):
                     out.append((s.session_id, parsed[0], parsed[1]))
 
         if thread_id is not None:
-            # The thread's root session and the sessions forked from it (its
-            # subgraph namespaces): what the catalog keeps per parent, not a walk
-            # of every session in the store.
             root = self.session_id(thread_id)
             summary = self.store.session_summary(root)
             take([summary] if summary is not None else [])
-            take(self.store.child_sessions(root))
-        else:
-            cursor = None
-            while True:
-                page = self.store.list_sessions_page(SessionPageRequest(cursor=cursor, limit=500))
-                take(page.sessions)
-                if page.next_cursor is None:
-                    break
-                cursor = page.next_cursor
+            return out + self._namespaces(thread_id)
+        cursor = None
+        while True:
+            page = self.store.list_sessions_page(SessionPageRequest(cursor=cursor, limit=500))
+            take(page.sessions)
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
         out.sort(key=lambda t: (t[1], t[2]))
         return out
+
+    def _namespaces(self, thread_id: str) -> list[tuple[str, str, str]]:
+        """(sid, thread_id, ns) of a thread's subgraph namespaces, by namespace.
+
+        They are the sessions forked from the thread's root (what the catalog keeps
+        per parent, not a walk of every session in the store) named as namespaces
+        of this thread: another fork of the root (made with `Store.fork`, say) is
+        not part of the thread.
+        """
+        out: list[tuple[str, str, str]] = []
+        for s in self.store.child_sessions(self.session_id(thread_id)):
+            if s.session_context.origin_label != ORIGIN_LABEL:
+                continue
+            parsed = self._parse_sid(s.session_id)
+            if parsed is not None and parsed[0] == thread_id and parsed[1]:
+                out.append((s.session_id, thread_id, parsed[1]))
+        out.sort(key=lambda t: t[2])
+        return out
+
+    def _thread_targets(self, thread_id: str) -> Iterator[tuple[str, str, str]]:
+        """`list`'s sessions of a thread: its root (whose index tells whether it
+        exists), then its namespaces, looked up in the catalog only if a `list`
+        gets past the root (one with a `limit` often does not)."""
+        yield self.session_id(thread_id), thread_id, ""
+        yield from self._namespaces(thread_id)
 
     def list(
         self,
@@ -1613,7 +1849,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first; `before` a checkpoint, at most `limit`, metadata `filter`."""
-        targets: list[tuple[str, str, str]]
+        targets: Iterable[tuple[str, str, str]]
         checkpoint_id: str | None = None
         if config is not None:
             thread_id, _ = self._target(config)
@@ -1621,16 +1857,21 @@ class JournalSaver(BaseCheckpointSaver[str]):
             checkpoint_id = get_checkpoint_id(config)
             ns = conf.get("checkpoint_ns")
             if ns is None:
-                targets = self._thread_sessions(thread_id)
+                targets = self._thread_targets(thread_id)
             else:
                 targets = [(self.session_id(thread_id, ns), thread_id, ns)]
         else:
             targets = self._thread_sessions(None)
         before_id = get_checkpoint_id(before) if before else None
         remaining = limit
-        for sid, thread_id, ns in targets:
-            if remaining is not None and remaining <= 0:
+        sessions = iter(targets)
+        # (The limit is checked before the next session is asked for: the catalog
+        # lookup of a thread's namespaces is not made when the root answered.)
+        while remaining is None or remaining > 0:
+            target = next(sessions, None)
+            if target is None:
                 return
+            sid, thread_id, ns = target
             with self._slock(sid):
                 idx = self._index(sid, thread_id, ns)
                 if idx is None:
@@ -1699,12 +1940,14 @@ class JournalSaver(BaseCheckpointSaver[str]):
             return
         msg: dict[str, Any] = {
             "type": EV_DELETE,
-            "n": secrets.token_hex(4),
+            "n": _nonce(),
             "ids": [*ids],
             "reason": reason,
             "fp": _fp_next(idx.high_fp, idx.high, EV_DELETE, None, self._resolver(idx)),
         }
-        self.store.append_event(idx.sid, int(time.time() * 1000), Event(msg=msg))
+        ev = self.store.append_event(idx.sid, int(time.time() * 1000), Event(msg=msg))
+        if ev.sequence == idx.high + 1:
+            self._advance(idx, ev)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """`keep_latest`: hide all but each namespace's newest checkpoint; `delete`: delete."""
@@ -1774,7 +2017,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                     kind = msg.get("type")
                     if kind not in (EV_CHECKPOINT, EV_WRITES, EV_DELETE):
                         continue
-                    msg["n"] = secrets.token_hex(4)
+                    msg["n"] = _nonce()
                     cid = msg.get("id") if kind != EV_DELETE else None
                     msg["fp"] = _fp_next(
                         high_fp, high, str(kind), cid if isinstance(cid, str) else None, copied.get

@@ -479,16 +479,17 @@ class JournalSession:
 
     # ------------------------------------------------------------ the cache
     def _identity(self) -> tuple[int, int, int] | None:
-        """The session directory's identity (None: no such session); changes when it is
-        deleted and created again, so a cache of the old one is never reused."""
+        """The session's identity (None: no such session); changes when it is deleted
+        and created again, so a cache of the old one is never reused. One `stat` of
+        the identity file the store writes once per session: its device, inode and
+        change time, what the store itself tells incarnations apart by."""
         try:
-            d = os.stat(self._dir)
             f = os.stat(self._identity_file)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
             raise StorageError(f"cannot stat session directory {self._dir}: {exc}") from exc
-        return (d.st_ino, f.st_ino, f.st_mtime_ns)
+        return (f.st_dev, f.st_ino, f.st_ctime_ns)
 
     def _sync(self, want: int = 32) -> _Cache:
         """The cache, brought up to date with the log (one `events_after` call when current).
@@ -538,10 +539,15 @@ class JournalSession:
         elif kind == POP:
             key = self._target_of(self.session_id, seq, msg, 0)
             c.tombs.append((0, seq, key))
-            pos = bisect.bisect_left(c.keys, _sk(key), key=_sk)
-            if pos < len(c.keys) and c.keys[pos] == key:
+            keys = c.keys
+            # A pop names the newest item (checked first), else a search finds it.
+            if keys and keys[-1] == key:
+                pos = len(keys) - 1
+            else:
+                pos = bisect.bisect_left(keys, _sk(key), key=_sk)
+            if pos < len(keys) and keys[pos] == key:
                 c.nbytes -= len(c.vals[pos])
-                del c.keys[pos], c.vals[pos]
+                del keys[pos], c.vals[pos]
             elif c.complete:
                 return False  # names no item we hold: let a scan decide
             elif c.extendable:
