@@ -298,14 +298,18 @@ class Index:
         """Up to `limit` live entries with key > `after`, oldest first."""
         lo = self.lower_bound(after + 1)
         out: list[tuple[int, int, int, int]] = []
+        # As `newest_before`: read (and check) what the page needs, not a whole block
+        # (a point read checked 256 entries); removed entries make later reads grow.
+        block = min(limit, _BLOCK)
         while lo < self.count and len(out) < limit:
-            hi = min(self.count, lo + _BLOCK)
+            hi = min(self.count, lo + block)
             for entry in self.read_block(lo, hi):
                 if not entry[3] & REMOVED:
                     out.append(entry)
                     if len(out) == limit:
                         break
             lo = hi
+            block = min(block * 2, _BLOCK * 16)
         return out
 
     def find(self, key: int) -> tuple[int, int, int, int] | None:

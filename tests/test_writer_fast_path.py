@@ -399,3 +399,42 @@ def test_a_dead_deleters_intent_dooms_the_session_for_a_quiet_writer(tmp_path: P
         assert store.load("a") is None
     finally:
         store.close()
+
+
+# ------------------------------------------------------------------ point reads
+
+
+def test_a_point_read_checks_only_the_index_entries_it_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`events_after(s - 1, 1)` reads one flushed index entry, not a whole block of
+    256 (each entry is unpacked and checked in Python: a point read cost 0.2 ms)."""
+    from journal.index import Index
+
+    store = journal.open(tmp_path / "s", durability="os")
+    try:
+        store.save(Checkpoint.empty("a"))
+        events = [
+            journal.TimestampedEvent(recorded_at_ms=n, event=_warning(f"e{n}"))
+            for n in range(1, 2001)
+        ]
+        cp = Checkpoint.empty("a")
+        cp.sequence = 1
+        store.save_with_events(cp, [], None, events)
+        store.close()
+        store = journal.open(tmp_path / "s", durability="os")  # the index is flushed now
+        read: list[int] = []
+        original = Index._read_flushed
+
+        def counting(self: Index, lo: int, stop: int) -> list[tuple[int, int, int, int]]:
+            read.append(stop - lo)
+            return original(self, lo, stop)
+
+        monkeypatch.setattr(Index, "_read_flushed", counting)
+        for s in (700, 1500, 1999):
+            [event] = store.events_after("a", s - 1, 1)
+            assert event.sequence == s and event.event.msg["message"] == f"e{s}"
+        assert read and max(read) <= 2, read
+        assert [e.sequence for e in store.events_after("a", 1000, 3)] == [1001, 1002, 1003]
+    finally:
+        store.close()
