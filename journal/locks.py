@@ -91,6 +91,17 @@ class FileLock:
                 raise
         return ours
 
+    def line_is_ours(self) -> bool:
+        """Is this object's holder line still on file? (one pread, no lock taken): if
+        so, no other `FileLock` took the lock since this one last wrote it."""
+        line, fd = self._line, self._fd
+        if not line or fd is None:
+            return False
+        try:
+            return os.pread(fd, len(line), 0) == line
+        except OSError:
+            return False
+
     def _wait_for_lock(self, fd: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         delay = 0.0005

@@ -1344,6 +1344,30 @@ class Session:
             return
         self._catch_up(strict=False, tolerate=True)
 
+    def quiet_for_reads(self) -> bool:
+        """Does what this object holds answer a read without looking at the log? (one
+        pread and one fstat, against the probes of `refresh` and the store's checks)
+
+        Yes when this process wrote last and nobody took the lock since: our holder
+        line is still in LOCK (every other writer, deleter or recovery writes its
+        own first, FORMAT.md section 8), nothing here locked through our lock
+        object since our writer released it (a delete in this process does), our
+        head is where that writer left the log, and the segment still has a name
+        (not removed by hand). A commit that starts after this check is concurrent
+        with the read, which may come before it.
+        """
+        mark = self._quiet_mark
+        if mark < 0 or self.flock.acquisitions != mark or self.damage is not None:
+            return False
+        state = self.tail_state
+        end = self.head.covered
+        return (
+            state.tail == "clean"
+            and state.end == end
+            and self.flock.line_is_ours()
+            and self.log.writer_at(end)
+        )
+
     @property
     def exists(self) -> bool:
         if self.head.sequence < 0:

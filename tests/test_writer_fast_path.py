@@ -438,3 +438,47 @@ def test_a_point_read_checks_only_the_index_entries_it_needs(
         assert [e.sequence for e in store.events_after("a", 1000, 3)] == [1001, 1002, 1003]
     finally:
         store.close()
+
+
+# ------------------------------------------------------------------ quiet reads
+
+
+def test_reads_after_our_own_commit_see_what_others_did_since(tmp_path: Path) -> None:
+    """A read right after this process's commit skips the log's probes only while
+    nobody else held the lock: each of these must still be seen."""
+    root = tmp_path / "s"
+    store = journal.open(root, durability="os")
+    other = journal.open(root, durability="os")  # in this process, its own lock object
+    try:
+        store.save(Checkpoint.empty("a"))
+        store.append_event("a", 1, _warning("ours"))
+        assert _child(root, "a", "append") == "2"  # another process
+        assert [e.sequence for e in store.events_after("a", 0, 10)] == [1, 2]
+        store.append_event("a", 3, _warning("ours again"))
+        other.append_event("a", 4, _warning("another store here"))
+        assert store.event_page("a", EventPageRequest(limit=1)).events[0].sequence == 4
+        store.append_event("a", 5, _warning("and again"))
+        _child(root, "a", "delete-and-recreate")
+        loaded = store.load("a")
+        assert loaded is not None and loaded.sequence == 0
+        assert store.events_after("a", 0, 10) == []  # the new session has no events
+        store.append_event("a", 6, _warning("new incarnation"))
+        shutil.rmtree(store.session_dir("a"))
+        assert store.load("a") is None
+        assert store.events_after("a", 0, 10) == []
+    finally:
+        store.close()
+        other.close()
+
+
+def test_a_read_after_a_delete_here_finds_nothing(tmp_path: Path) -> None:
+    store = journal.open(tmp_path / "s", durability="os")
+    store.tree.empty_trash_soon = lambda: None  # type: ignore[method-assign]
+    try:
+        store.save(Checkpoint.empty("a"))
+        store.append_event("a", 1, _warning("one"))
+        assert store.delete_sessions(["a"])
+        assert store.load("a") is None
+        assert store.events_after("a", 0, 10) == []
+    finally:
+        store.close()
