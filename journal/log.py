@@ -132,7 +132,28 @@ class _Writer:
     synced_end: int = 0
     syncing: bool = False
     poisoned: str = ""
-    cond: threading.Condition = field(default_factory=threading.Condition)
+    # `with lock` where nothing waits (Condition.__enter__ is a Python-level call),
+    # and `notify_all` only when someone waits (`waiters`, counted under the lock):
+    # a lone writer's commit then pays neither.
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    cond: threading.Condition = field(init=False)
+    waiters: int = 0
+
+    def __post_init__(self) -> None:
+        self.cond = threading.Condition(self.lock)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """`cond.wait`, counted (call it holding `lock`)."""
+        self.waiters += 1
+        try:
+            self.cond.wait(timeout)
+        finally:
+            self.waiters -= 1
+
+    def wake(self) -> None:
+        """`cond.notify_all` if anyone waits (call it holding `lock`)."""
+        if self.waiters:
+            self.cond.notify_all()
 
 
 class Log:
@@ -718,7 +739,7 @@ class Log:
             except OSError as exc:
                 raise StorageError(f"cannot stat {seg.path}: {exc.strerror}") from exc
             if same:
-                with w.cond:
+                with w.lock:
                     w.seg = seg
                     w.data_end = end
                     w.synced_end = min(w.synced_end, end)
@@ -827,9 +848,12 @@ class Log:
         with self._arrive_lock:
             self._arriving -= 1
         w = self._writer
-        if w is not None:
-            with w.cond:
-                w.cond.notify_all()
+        # Only a sync leader waits for arrivals, and it marks `syncing` before it
+        # looks at `_arriving`: a leader that saw this commit still arriving is
+        # syncing now, so it is not missed.
+        if w is not None and w.syncing:
+            with w.lock:
+                w.wake()
 
     def wait_durable(self, end: int) -> None:
         """Return once every byte before `end` is on stable storage (group commit).
@@ -844,12 +868,12 @@ class Log:
         w = self._writer
         if w is None:
             return  # closed meanwhile (recovery or close): close_writer synced its bytes
-        with w.cond:
+        with w.lock:
             while w.synced_end < end:
                 if w.poisoned:
                     raise StorageError(f"{self.label}: fdatasync failed earlier: {w.poisoned}")
                 if w.syncing:
-                    w.cond.wait()
+                    w.wait()
                     continue
                 w.syncing = True
                 if self._arriving:
@@ -858,30 +882,30 @@ class Log:
                         left = deadline - time.monotonic()
                         if left <= 0:
                             break
-                        w.cond.wait(left)
+                        w.wait(left)
                 target = w.data_end
-                w.cond.release()
+                w.lock.release()
                 started = time.monotonic()
                 try:
                     fsio.sync_data(w.fd, w.seg.path)
                 except StorageError as exc:
-                    w.cond.acquire()
+                    w.lock.acquire()
                     w.poisoned = str(exc)
                     w.syncing = False
-                    w.cond.notify_all()
+                    w.wake()
                     raise
                 self._last_sync = time.monotonic() - started
-                w.cond.acquire()
+                w.lock.acquire()
                 w.syncing = False
                 w.synced_end = max(w.synced_end, target)
-                w.cond.notify_all()
+                w.wake()
 
     def _roll(self) -> None:
         w = self._writer
         assert w is not None
-        with w.cond:
+        with w.lock:
             while w.syncing:
-                w.cond.wait()
+                w.wait()
             size = SEGMENT_HEADER_SIZE + w.data_end - w.seg.base
             fsio.truncate(w.fd, size, w.seg.path)
             fsio.sync_file(w.fd, w.seg.path)
@@ -901,9 +925,9 @@ class Log:
         w = self._writer
         if w is None:
             return
-        with w.cond:
+        with w.lock:
             while w.syncing:
-                w.cond.wait()
+                w.wait()
             try:
                 # Group commit syncs after the lock is released, so threads may still be
                 # about to wait for commits written before now. Sync them here: they then
@@ -919,7 +943,7 @@ class Log:
                 # Only now: a thread that finds no writer in `wait_durable` returns at
                 # once, so its bytes must already be synced (found by review).
                 self._writer = None
-                w.cond.notify_all()
+                w.wake()
                 os.close(w.fd)
 
     def close(self) -> None:
