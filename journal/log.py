@@ -144,7 +144,9 @@ class Log:
         segment_bytes: int,
         label: str,
         cache: ReadCache | None = None,
+        fresh: bool = False,
     ):
+        """`fresh`: a log just laid out (`create`) and not listed: one empty segment."""
         self.dir = directory
         self.kind = kind
         self.segment_bytes = segment_bytes
@@ -169,7 +171,10 @@ class Log:
         # it syncs everything at once (`Session.seal`).
         self.preallocate = True
         self.sync_on_close = True
-        self.list_segments()
+        if fresh:
+            self.segments = [Segment(0, os.path.join(directory, segment_name(0)))]
+        else:
+            self.list_segments()
 
     @property
     def cache_space(self) -> int:

@@ -235,7 +235,8 @@ class Session:
         self.options = options
         self._private = private is not None
         self.identity_path = os.path.join(directory, IDENTITY_FILE)  # checked on every call
-        self._identity_key = _file_key(self.identity_path)
+        # (a private directory is not published: nothing to tell its incarnation from)
+        self._identity_key = _file_key(self.identity_path) if private is None else None
         self.identity = self._read_identity() if private is None else private
         if self.identity.session_id != session_id:
             raise CorruptionError(
@@ -248,6 +249,7 @@ class Session:
             segment_bytes=options.segment_bytes,
             label=f"session {session_id!r}",
             cache=options.read_cache,
+            fresh=private is not None,
         )
         if private is not None:
             self.log.preallocate = self.log.sync_on_close = False
@@ -366,8 +368,12 @@ class Session:
         path = os.path.join(directory, IDENTITY_FILE)
         if not os.path.isfile(os.path.join(directory, LOG_DIR, segment_name(0))):
             raise StorageError(f"spare session directory {directory} lacks its log")
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        # Written in place into the empty file `_lay_out` made (no O_TRUNC: truncating
+        # even an empty file cost more than the write here).
+        fd = os.open(path, os.O_WRONLY)
         try:
+            if os.fstat(fd).st_size:
+                raise StorageError(f"spare session directory {directory} has an identity already")
             fsio.pwrite(fd, encode_meta(KIND_IDENTITY, _encode(identity)), 0, path)
         finally:
             os.close(fd)
@@ -378,8 +384,9 @@ class Session:
 
     @staticmethod
     def segment_files(directory: str) -> list[str]:
-        log_dir = os.path.join(directory, LOG_DIR)
-        return [os.path.join(log_dir, n) for n in os.listdir(log_dir) if n.endswith(".seg")]
+        """The segments of a directory being created (`build`, `build_spare`): its
+        first commit is the first write to its log, which never starts a new segment."""
+        return [os.path.join(directory, LOG_DIR, segment_name(0))]
 
     @staticmethod
     def identity_key(directory: str) -> tuple[int, int, int] | None:
