@@ -168,7 +168,7 @@ class Log:
         self._space = cache.new_space() if cache is not None else 0
         # False for a log built in private (a new session in tmp/): it gets no
         # zeros ahead of its data, and closing it does not sync: whoever publishes
-        # it syncs everything at once (`Session.seal`).
+        # it syncs everything at once (`Session.start_seal`).
         self.preallocate = True
         self.sync_on_close = True
         if fresh:

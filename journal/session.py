@@ -226,7 +226,7 @@ class Session:
     ):
         """Open the session in `directory`. `private`: the identity of a directory
         laid out by `build` or `fill_spare` (an empty log), not yet published, for
-        its first commit; nothing is synced or locked (`Store._publish` syncs it,
+        its first commit; nothing is synced or locked (`Store._stage` syncs it,
         and nobody else knows the directory)."""
         if private is not None:
             options = dataclasses.replace(options, durable=False)
@@ -286,10 +286,11 @@ class Session:
             return
         self._open_caches()
         if self.head.commits == 0 and self.damage is None:
-            # Every session is published with its first commit written already
-            # (`Store._publish`): without one, it is an unfinished creation or
-            # damage, which only a check under the lock tells apart
-            # (`Session.has_commit`, called by `Store._session`).
+            # Every session is published with its first commit durable already
+            # (`Store._stage`): without one, it is a creation that a power loss cut
+            # short (the protocol of earlier versions renamed first) or damage,
+            # which only a check under the lock tells apart (`Session.has_commit`,
+            # called by `Store._session`).
             self.close()
             raise UnfinishedSessionError(
                 f"session {session_id!r} has no complete commit",
@@ -325,11 +326,11 @@ class Session:
     def build(directory: str, identity: SessionIdentity) -> None:
         """Lay out a new, empty session directory in private, without syncing anything.
 
-        The caller writes the first commit into it, then calls `seal` and publishes
-        it with one rename. Nothing here needs to be durable before `seal`: until the
-        rename, a crash leaves only garbage in tmp/. Deferring the syncs lets the
-        first commit's own fdatasync cover the segment file (3 fewer syncs per fork
-        or new session than syncing each step).
+        The caller writes the first commit into it, then `start_seal`s it and
+        publishes it with one rename once that is done. Nothing here needs to be
+        durable before `start_seal`: until the rename, a crash leaves only garbage
+        in tmp/. Deferring the syncs lets the first commit's own fdatasync cover the
+        segment file (3 fewer syncs per fork or new session than syncing each step).
         """
         Session._lay_out(directory)
         Session.fill_spare(directory, identity)
@@ -352,7 +353,7 @@ class Session:
         segment (header only), LOCK, SESSION, each directory synced after its
         entries. `fill_spare` later only writes the identity in place, so a new
         session's critical path creates no file and syncs no directory but
-        `sessions/` (see `Store._publish`).
+        `sessions/` (see `Store._stage`).
         """
         Session._lay_out(directory)
         log_dir = os.path.join(directory, LOG_DIR)
@@ -412,23 +413,27 @@ class Session:
             log.close()
 
     @staticmethod
-    def seal(directory: str) -> None:
-        """Make a directory from `build` durable before it is published by rename.
+    def start_seal(directory: str, *, spare: bool) -> fsio.Syncing:
+        """Start making a directory from `build` or `fill_spare` durable, once its first
+        commit is written (through a `private` Session, which synced nothing); it is
+        published by rename only after every sync has finished (`Store._stage`).
 
-        The caller has written the first commit through a `private` Session and
-        closed it, which synced nothing. Its segment, identity file, `log/` and the
-        directory itself are synced here, concurrently (`fsio.sync_all`): nothing
-        is published until all four are durable, so their order does not matter.
-        Every directory is synced after all its entries exist: syncing the session
+        Its segment is fdatasynced; a directory from `build` also has its identity
+        file, `log/` and the directory itself synced, concurrently: nothing is
+        published until all are durable, so their order does not matter. Every
+        directory is synced after all its entries exist: syncing the session
         directory before `log/` existed once let a power loss leave a session
-        without its log (found by tests/test_lost_writes.py). A spare
-        (`build_spare`) is published differently: see `Store._publish`.
+        without its log (found by tests/test_lost_writes.py). A spare's entries were
+        synced when it was built, and its identity file's sync started when it was
+        written (`Store._new_session_dir`).
         """
+        if spare:
+            return fsio.start_sync(Session.segment_files(directory), [], [])
         log_dir = os.path.join(directory, LOG_DIR)
-        fsio.sync_all(
-            data_files=Session.segment_files(directory),
-            files=[Session.identity_file(directory)],
-            dirs=[log_dir, directory],
+        return fsio.start_sync(
+            Session.segment_files(directory),
+            [Session.identity_file(directory)],
+            [log_dir, directory],
         )
 
     # ------------------------------------------------------------ cache loading
