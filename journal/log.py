@@ -162,6 +162,10 @@ class Log:
         self._arriving = 0
         self._arrive_lock = threading.Lock()
         self._last_sync = 0.0
+        # Every byte before this log position is known to be on stable storage: synced
+        # by this object's writer, or by a caller that synced the files and said so
+        # (`note_durable`). Only ever an under-estimate: 0 whenever in doubt.
+        self.durable_to = 0
         # Verified records of pages read again (see journal/cache.py), keyed in a
         # space of this log's own that `forget_cached` replaces.
         self._cache = cache
@@ -184,6 +188,7 @@ class Log:
 
     def forget_cached(self) -> None:
         """Stop serving cached records: this log is no longer what they were read from."""
+        self.durable_to = 0  # nor what was synced, perhaps
         if self._cache is not None:
             self._space = self._cache.new_space()
 
@@ -862,7 +867,13 @@ class Log:
                 w.cond.acquire()
                 w.syncing = False
                 w.synced_end = max(w.synced_end, target)
+                self.note_durable(target)
                 w.cond.notify_all()
+
+    def note_durable(self, end: int) -> None:
+        """Every byte of this log before `end` has been synced (see `durable_to`)."""
+        if end > self.durable_to:
+            self.durable_to = end
 
     def _roll(self) -> None:
         w = self._writer

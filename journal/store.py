@@ -1237,12 +1237,19 @@ class Store:
             # written so far durable (a save on it may still be syncing them, here
             # or in another process; its older segments were synced when sealed)
             # before the child is published. The parent's directory entry becomes
-            # durable with the child's: both are in sessions/, synced last.
-            parent_sync = fsio.start_sync([parent.log.segments[-1].path], [], [])
+            # durable with the child's: both are in sessions/, synced last. Skipped
+            # when this process synced them already (its own durable saves, or the
+            # sync of an earlier fork at the same parent position).
+            parent_covered = parent.head.covered
+            parent_sync: fsio.Syncing | None = None
+            if parent.log.durable_to < parent_covered:
+                parent_sync = fsio.start_sync([parent.log.segments[-1].path], [], [])
             self.registry.note(os.path.basename(staged.path))
             if not staged.publish(announce, wait_for=parent_sync):
                 # another process created it since the check above
                 raise ContractViolationError(f"session {cp.session_id!r} already exists")
+            if parent_sync is not None:
+                parent.log.note_durable(parent_covered)
             return staged.result[0]
 
     @_guard

@@ -477,6 +477,49 @@ def test_fork_makes_the_parents_newest_commits_durable_first(
     )
 
 
+def test_fork_syncs_the_parent_only_where_this_process_has_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parent commit this process has made durable already (its own durable save,
+    or an earlier fork's sync of it) is not synced again; one it has not is."""
+
+    class Recording(fsio.FileOps):
+        def __init__(self) -> None:
+            self.synced: list[str] = []
+
+        def sync_data(self, fd: int, path: str) -> None:
+            self.synced.append(os.path.realpath(path))
+            super().sync_data(fd, path)
+
+    root = tmp_path / "s"
+    store = journal.open(root)  # durable saves
+    other = journal.open(root, durability="os")  # another writer, saving unsynced
+    try:
+        for seq in range(3):
+            cp = _child("parent")
+            cp.sequence = seq
+            store.save(cp)
+        store.spares.wait()
+        parent_segment = os.path.realpath(_segment(store.session_dir("parent")))
+        recording = Recording()
+        monkeypatch.setattr(fsio, "ops", recording)
+        store.fork("parent", 2, _child("a"))  # its own durable saves
+        store.spares.wait()
+        assert parent_segment not in recording.synced
+        cp = _child("parent")
+        cp.sequence = 3
+        other.save(cp)  # not durable yet
+        store.fork("parent", 3, _child("b"))
+        store.spares.wait()
+        assert recording.synced.count(parent_segment) == 1
+        store.fork("parent", 3, _child("c"))  # synced by the fork before
+        store.spares.wait()
+        assert recording.synced.count(parent_segment) == 1
+    finally:
+        other.close()
+        store.close()
+
+
 def test_a_session_in_use_is_not_closed_under_its_caller(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
