@@ -234,6 +234,9 @@ class Session:
         self.id = session_id
         self.options = options
         self._private = private is not None
+        # A private session's caller may ask to hear when its first commit is written
+        # (to start syncing it while the rest of the call runs: `Store._stage`).
+        self.on_written: Callable[[], None] | None = None
         self.identity_path = os.path.join(directory, IDENTITY_FILE)  # checked on every call
         # (a private directory is not published: nothing to tell its incarnation from)
         self._identity_key = _file_key(self.identity_path) if private is None else None
@@ -836,6 +839,8 @@ class Session:
         recs.append(Record(pos, len(data), COMMIT, 0x02, b"", int.from_bytes(data[:4], "little")))
         objs.append(closing)
         end = self.log.write(b"".join(frames))
+        if self.on_written is not None:
+            self.on_written()
         with self._state_lock:
             self._apply(recs, objs)
             self._extend_view(start, end)

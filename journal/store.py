@@ -592,15 +592,25 @@ class Store:
         its syncs running (see `_Staged`); nothing is visible yet."""
         tmp, identity_sync = self._new_session_dir(identity)
         syncs = [] if identity_sync is None else [identity_sync]
+        sealing: list[fsio.Syncing] = []
+
+        def seal() -> None:  # as soon as the first commit is written: it then runs
+            # while the rest of the call does (the new session's head and summary,
+            # for a fork the tree lock and the checks of its parent)
+            sealing.append(Session.start_seal(tmp, spare=identity_sync is not None))
+            syncs.extend(sealing)
+
         try:
             first = Session(tmp, identity.session_id, self.options, private=identity)
+            first.on_written = seal
             try:
                 result = write(first)
             finally:
-                first.close()  # syncs nothing: the syncs start below
+                first.close()  # syncs nothing: `seal` started them
+            if not sealing:
+                raise JournalError("a new session's first commit was not written")
             # No cache files: the first open rebuilds them from one commit, for less
             # than writing them here costs.
-            syncs.append(Session.start_seal(tmp, spare=identity_sync is not None))
         except BaseException:
             for syncing in syncs:
                 syncing.wait_quietly()

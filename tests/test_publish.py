@@ -374,11 +374,13 @@ def test_a_fork_writes_and_syncs_its_child_before_it_takes_the_tree_lock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The child depends on nothing but the arguments: its first commit is written,
-    and its syncs started, before the tree lock, so they run while the parent is
-    checked under it."""
+    and its syncs started as soon as it is (before even its summary is made), before
+    the tree lock, so they run while the parent is checked under it."""
     events: list[str] = []
 
     class Recording(fsio.FileOps):
+        concurrent = False  # syncs run when started: the order below is theirs
+
         def pwrite(self, fd: int, data: bytes, offset: int, path: str) -> None:
             if path.endswith(".seg") and "/tmp/" in path:
                 events.append("child commit written")
@@ -390,10 +392,15 @@ def test_a_fork_writes_and_syncs_its_child_before_it_takes_the_tree_lock(
             super().sync_data(fd, path)
 
     real_locked = Tree.locked
+    real_summary = journal.Store._summary_of
 
     def locked(self: Tree) -> Any:
         events.append("tree lock")
         return real_locked(self)
+
+    def summary_of(self: journal.Store, sess: Any) -> Any:
+        events.append("summary")
+        return real_summary(self, sess)
 
     store = journal.open(tmp_path / "s")
     try:
@@ -401,12 +408,13 @@ def test_a_fork_writes_and_syncs_its_child_before_it_takes_the_tree_lock(
         store.spares.wait()
         monkeypatch.setattr(fsio, "ops", Recording())
         monkeypatch.setattr(Tree, "locked", locked)
+        monkeypatch.setattr(journal.Store, "_summary_of", summary_of)
         store.fork("parent", 0, _child("child"))
     finally:
         monkeypatch.undo()
         store.close()
-    assert events.index("child commit written") < events.index("tree lock")
-    assert "child commit synced" in events
+    written, synced = events.index("child commit written"), events.index("child commit synced")
+    assert written < synced < events.index("summary") < events.index("tree lock"), events
 
 
 @pytest.mark.parametrize("why", ["no parent", "fork point too new", "child exists"])
