@@ -40,6 +40,24 @@ _HOST = socket.gethostname()
 _EXCLUSIVE_NOW = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
 
 
+_line_cache: tuple[int, int, bytes] = (0, 0, b"")  # (pid, second, line)
+
+
+def _holder_line() -> bytes:
+    """This process's holder line for now (formatted once a second: every new
+    session's lock writes one)."""
+    global _line_cache
+    pid, second = os.getpid(), int(time.time())
+    cached = _line_cache
+    if cached[0] == pid and cached[1] == second:
+        return cached[2]
+    since = datetime.fromtimestamp(second, timezone.utc).isoformat(timespec="seconds")
+    text = f"pid={pid} host={_HOST} since={since}".encode()[: _HOLDER_WIDTH - 1]
+    line = text.ljust(_HOLDER_WIDTH - 1) + b"\n"
+    _line_cache = (pid, second, line)
+    return line
+
+
 class FileLock:
     """An exclusive lock on `path`, re-entrant only through the caller's own lock."""
 
@@ -83,9 +101,7 @@ class FileLock:
                 and os.pread(fd, len(self._line), 0) == self._line
             ):
                 return
-            since = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            text = f"pid={os.getpid()} host={_HOST} since={since}".encode()[: _HOLDER_WIDTH - 1]
-            line = text.ljust(_HOLDER_WIDTH - 1) + b"\n"
+            line = _holder_line()
             os.pwrite(fd, line, 0)
             self._line, self._line_at = line, now
 

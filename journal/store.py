@@ -494,8 +494,10 @@ class Store:
             validate.validate_event(e.event)
         self.registry.note(dir_name(cp.session_id))
         now = int(time.time())
-        for _ in range(8):
-            sess = self._session(cp.session_id)
+        for attempt in range(8):
+            # (the first time, the session looked up above: whatever changed since is
+            # found under its lock, or by the rename that publishes a new one)
+            sess = sess_hint if attempt == 0 else self._session(cp.session_id)
             if sess is not None:
                 return self._save_existing(sess, cp, items, rec, evs, now)
             if self._wait_for_delete(cp.session_id):
