@@ -54,6 +54,7 @@ from .locks import FileLock
 from .log import KIND_SESSION, Log, ScanState, segment_name
 from .metafile import KIND_IDENTITY, KIND_SNAPSHOT, encode_meta, read_meta, write_meta
 from .payloads import (
+    COMMIT_FORK,
     COMMIT_SAVE,
     CheckpointPayload,
     CommitPayload,
@@ -813,8 +814,11 @@ class Session:
             state = self._catch_up(strict=True)
         return state
 
-    def commit(self, records: list[tuple[int, Any]], kind: int, cp_seq: int) -> int:
-        """Frame, write and apply one commit (caller holds `writing()`); return its end."""
+    def commit(
+        self, records: list[tuple[int, Any]], kind: int, cp_seq: int, *, compress: bool = True
+    ) -> int:
+        """Frame, write and apply one commit (caller holds `writing()`); return its end.
+        Without `compress`, no record is compressed (FORMAT.md section 3)."""
         start = self.log.writer_end
         frames: list[bytes] = []
         recs: list[Record] = []
@@ -825,7 +829,7 @@ class Session:
             payload = _encode(obj)
             if len(payload) > self.options.max_record_bytes:
                 raise_too_large(rtype, len(payload), self.options.max_record_bytes)
-            data = frame(rtype, payload, commit=False)
+            data = frame(rtype, payload, commit=False, compress=compress)
             frames.append(data)
             recs.append(Record(pos, len(data), rtype, 0, b""))
             objs.append(obj)
@@ -920,13 +924,15 @@ class Session:
         *,
         now: int,
         on_commit: Callable[[], None] | None = None,
+        fork: bool = False,
     ) -> list[JournalEvent]:
         """The body of `save_with_events` (validated input).
 
         `on_commit` runs right after the commit, still under the session's write
         lock: the catalog upsert goes there, so that it cannot land after the
         catalog's delete record of a delete that began after this commit (a delete
-        takes every session lock first).
+        takes every session lock first). `fork`: the first commit of a fork's child
+        (commit kind 2, its records not compressed: FORMAT.md section 3).
         """
         header = msgspec.Raw(_encode(msgspec.structs.replace(checkpoint, context=[])))
         transcript_items = [msgspec.Raw(_encode(item)) for item in transcript_delta]
@@ -997,7 +1003,8 @@ class Session:
                         stream_metrics=metrics,
                     )
                 )
-            end = self.commit(records, COMMIT_SAVE, seq)
+            kind = COMMIT_FORK if fork else COMMIT_SAVE
+            end = self.commit(records, kind, seq, compress=not fork)
             head.rules = rules
             self.after_commit()
             if on_commit is not None:

@@ -1218,7 +1218,7 @@ class Store:
         ident = SessionIdentity(cp.session_id, parent_session_id, parent_sequence, now)
 
         def write(child: Session) -> tuple[SessionSummary, int]:
-            child.save(cp, list(cp.context), None, [], now=now)
+            child.save(cp, list(cp.context), None, [], now=now, fork=True)
             # The catalog entry comes from the child as built: the published
             # directory is opened when something first uses it, not here.
             summary, covered = self._summary_of(child)

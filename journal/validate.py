@@ -381,9 +381,8 @@ def _check_loose_json(cp: Checkpoint, context_start: int) -> None:
     # Nesting them in a list only makes the fast check stricter on depth; anything
     # it does not accept certainly is checked precisely below.
     fields = msgspec.structs.astuple(cp)
-    if _plain_json(
-        [v for i, v in enumerate(fields) if i != _CONTEXT_INDEX], True
-    ) and _plain_json(cp.context[max(context_start, 0) :], False):
+    others = [v for i, v in enumerate(fields) if i != _CONTEXT_INDEX]
+    if _plain_json(others, True) and _plain_json(cp.context[max(context_start, 0) :], False):
         return
     for name in cp.__struct_fields__:
         if name == "context":
