@@ -931,8 +931,9 @@ class Session:
         `on_commit` runs right after the commit, still under the session's write
         lock: the catalog upsert goes there, so that it cannot land after the
         catalog's delete record of a delete that began after this commit (a delete
-        takes every session lock first). `fork`: the first commit of a fork's child
-        (commit kind 2, its records not compressed: FORMAT.md section 3).
+        takes every session lock first). `fork`: the first commit of a fork's child,
+        whose transcript delta is its whole context (commit kind 2, its records not
+        compressed: FORMAT.md section 3).
         """
         header = msgspec.Raw(_encode(msgspec.structs.replace(checkpoint, context=[])))
         transcript_items = [msgspec.Raw(_encode(item)) for item in transcript_delta]
@@ -944,13 +945,17 @@ class Session:
                     f"{head.sequence}, got {checkpoint.sequence})"
                 )
             stored = head.context if head.sequence >= 0 else None
-            base, tail = plan_context(
-                stored,
-                head.epoch,
-                checkpoint.context,
-                checkpoint.context_epoch,
-                joined=self._joined_context() if stored is not None else None,
-            )
+            tail: list[bytes] | list[msgspec.Raw]
+            if fork and stored is None:  # its transcript is its context: encoded once
+                base, tail = 0, transcript_items
+            else:
+                base, tail = plan_context(
+                    stored,
+                    head.epoch,
+                    checkpoint.context,
+                    checkpoint.context_epoch,
+                    joined=self._joined_context() if stored is not None else None,
+                )
             seq = checkpoint.sequence
             receipts = []
             seen = set()
