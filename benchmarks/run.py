@@ -36,6 +36,7 @@ import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar
@@ -1015,11 +1016,31 @@ class Harness:
             samples = alternate(cfg.reps, SIDES, run_new)
             label = f"{mode.label} first save of a new session (1 KiB ckpt)"
             section.add(Row(label, "s", samples["journal"], samples["sqlite"], better="lower"))
+        first_commit = max(len(msgspec.msgpack.encode(s.typed[0])) for s in new_sessions)
+
+        def run_floor(name: str, _: int) -> float:
+            if name == "journal":
+                root = self.work.fresh("creation-floor")
+                try:
+                    return creation_floor(root, first_commit, len(new_sessions))
+                finally:
+                    remove(root)
+            with self.opened(name, DURABLE, "new") as side:
+                gc.collect()
+                return timed(each, side.save, new_sessions) / len(new_sessions)
+
+        samples = alternate(cfg.reps, SIDES, run_floor)
+        label = "  floor: bare durable steps of a new session (no store)"
+        section.add(Row(label, "s", samples["journal"], samples["sqlite"], better="lower"))
         section.notes.append(
             f"{len(order)} timed saves per repetition, round-robin over {len(firsts)} sessions; "
             f"checkpoint JSON {min(sizes) // KIB}-{max(sizes) // KIB} KiB "
             f"(mean {statistics.mean(sizes) / KIB:.0f} KiB), each with 3 new context/transcript "
-            "items and 10 events; sessions created untimed"
+            "items and 10 events; sessions created untimed. Floor: what journal must do to "
+            f"make a new session durable (a {first_commit} B first commit and an identity file "
+            "written into a prepared spare and synced, the rename, the sync of sessions/) as "
+            "plain os calls, no store, against SQLite's durable first save: below 1.00x, no "
+            "code above those steps can match SQLite"
         )
 
     def profile_saves(self, firsts: list[Save], order: list[Save], mode: Mode) -> None:
@@ -1347,18 +1368,45 @@ class Harness:
                     return elapsed
 
                 samples = alternate(reps, SIDES, run)
+                if events == small:
+                    floor = self.fork_floor(sides["sqlite"], history, point)
             label = f"fork at sequence {point} of a {history.events:,}-event parent"
             row = Row(label, "s", samples["journal"], samples["sqlite"], better="lower")
             rows.append(section.add(row))
         label = f"  time growth {small:,} -> {self.cfg.fork_parent_events:,} events"
         section.add(growth_row(label, *rows))
+        section.add(floor)
         section.notes.append(
             f"{DURABLE.legend}; the child is a clean sequence-0 checkpoint with 10 of the "
             "parent's transcript items; parents built in os/NORMAL mode. journal prepares a "
             "spare session directory in the background after a fork; the harness waits for "
             "it (untimed) before the other side's turn. The first fork of each parent's "
-            "store finds no spare"
+            "store finds no spare. Floor: what journal must do to make the child durable (its "
+            "uncompressed first commit and an identity file written into a prepared spare and "
+            "synced, the rename, the sync of sessions/) as plain os calls, no store, against "
+            "SQLite's fork at the 1k-event parent: below 1.00x, no code above those steps can "
+            "match SQLite"
         )
+
+    def fork_floor(self, sqlite: Side, history: History, point: int) -> Row:
+        """The bare durable steps of a fork (`creation_floor`, with a first commit the size
+        of the child's) alternating with SQLite's fork of the same parent."""
+        children = [fork_save(history.sim, f"fork-floor-{rep}") for rep in range(self.cfg.reps)]
+        cp = children[0].typed[0]
+        commit = len(msgspec.msgpack.encode(cp)) + len(msgspec.msgpack.encode(cp.context))
+
+        def run(name: str, rep: int) -> float:
+            if name == "sqlite":
+                return timed(lambda: sqlite.fork(history.session_id, point, children[rep]))
+            root = self.work.fresh("fork-floor")
+            try:
+                return creation_floor(root, commit, 5)
+            finally:
+                remove(root)
+
+        samples = alternate(self.cfg.reps, SIDES, run)
+        label = "  floor: bare durable steps of a fork (no store), 1k"
+        return Row(label, "s", samples["journal"], samples["sqlite"], better="lower")
 
     def w_delete(self, section: Section) -> None:
         gen = self.gen()
@@ -1441,6 +1489,63 @@ def floor_rate(path: Path, events: list[journal.Event], *, sync: bool, prealloc:
         os.close(fd)
         os.unlink(path)
     return len(events) / elapsed
+
+
+def creation_floor(root: Path, commit_bytes: int, count: int) -> float:
+    """Seconds per new session of the bare durable steps that journal's creation of a
+    session takes (FORMAT.md section 9), with no store and no Python work around them:
+    on a spare directory prepared and synced beforehand (untimed), write an identity
+    file and a first commit of `commit_bytes`, sync both (concurrently), rename the
+    directory into sessions/, sync sessions/. The least a durable fork or first save
+    can cost on this disk, whatever the code above it does."""
+    sessions, tmp = root / "sessions", root / "tmp"
+    sessions.mkdir(parents=True)
+    tmp.mkdir()
+
+    def sync_dir(path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    spares = []
+    for i in range(count):
+        spare = tmp / f"spare-{i}"
+        (spare / "log").mkdir(parents=True)
+        for name in ("SESSION", "LOCK"):
+            (spare / name).touch()
+        with open(spare / "log" / "00000000000000000000.seg", "wb") as f:
+            f.write(bytes(32))
+            f.flush()
+            os.fsync(f.fileno())
+        sync_dir(spare / "log")
+        sync_dir(spare)
+        spares.append(spare)
+    sync_dir(tmp)
+    identity, commit = b"i" * 100, b"c" * commit_bytes
+    pool = ThreadPoolExecutor(1)
+    sessions_fd = os.open(sessions, os.O_RDONLY)
+    try:
+        gc.collect()
+        start = time.perf_counter()
+        for i, spare in enumerate(spares):
+            ident = os.open(spare / "SESSION", os.O_WRONLY)
+            segment = os.open(spare / "log" / "00000000000000000000.seg", os.O_WRONLY)
+            os.pwrite(ident, identity, 0)
+            os.pwrite(segment, commit, 32)
+            synced = pool.submit(os.fsync, ident)
+            os.fdatasync(segment)
+            synced.result()
+            os.rename(spare, sessions / f"s-{i}")
+            os.fsync(sessions_fd)
+            os.close(ident)
+            os.close(segment)
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(sessions_fd)
+        pool.shutdown()
+    return elapsed / count
 
 
 def open_fds() -> int:

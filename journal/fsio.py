@@ -252,8 +252,8 @@ def start_sync(
 def sync_all(data_files: Sequence[str], files: Sequence[str], dirs: Sequence[str]) -> None:
     """Make these files (fdatasync / fsync) and directories durable, concurrently.
 
-    For parts whose order does not matter (the parts of a new session directory
-    before or after the rename that publishes it, see `Store._publish`): the
+    For parts whose order does not matter (the parts of a spare session
+    directory, see `Session.build_spare`): the
     syncs overlap instead of waiting for one another (a new session's four syncs
     took about as long as one or two here). Returns when all are done; raises
     the first failure after every sync has finished.

@@ -43,6 +43,23 @@ _HOST = socket.gethostname()
 _EXCLUSIVE_NOW = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
 
 
+_prefix_cache: tuple[int, int, str] = (0, 0, "")  # (pid, second, "pid=.. host=.. since=..")
+
+
+def _holder_prefix() -> str:
+    """This process's holder line up to its lock token, for now (formatted once a
+    second: every new session's lock writes a line)."""
+    global _prefix_cache
+    pid, second = os.getpid(), int(time.time())
+    cached = _prefix_cache
+    if cached[0] == pid and cached[1] == second:
+        return cached[2]
+    since = datetime.fromtimestamp(second, timezone.utc).isoformat(timespec="seconds")
+    prefix = f"pid={pid} host={_HOST} since={since}"
+    _prefix_cache = (pid, second, prefix)
+    return prefix
+
+
 class FileLock:
     """An exclusive lock on `path`, re-entrant only through the caller's own lock."""
 
@@ -117,8 +134,7 @@ class FileLock:
             delay = min(delay * 2, 0.02)
 
     def _write_line(self, fd: int, now: float) -> None:
-        since = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        text = f"pid={os.getpid()} host={_HOST} since={since} lock={self._token}".encode()
+        text = f"{_holder_prefix()} lock={self._token}".encode()
         line = text[: _HOLDER_WIDTH - 1].ljust(_HOLDER_WIDTH - 1) + b"\n"
         try:
             os.pwrite(fd, line, 0)

@@ -165,7 +165,9 @@ class Log:
         segment_bytes: int,
         label: str,
         cache: ReadCache | None = None,
+        fresh: bool = False,
     ):
+        """`fresh`: a log just laid out (`create`) and not listed: one empty segment."""
         self.dir = directory
         self.kind = kind
         self.segment_bytes = segment_bytes
@@ -181,16 +183,23 @@ class Log:
         self._arriving = 0
         self._arrive_lock = threading.Lock()
         self._last_sync = 0.0
+        # Every byte before this log position is known to be on stable storage: synced
+        # by this object's writer, or by a caller that synced the files and said so
+        # (`note_durable`). Only ever an under-estimate: 0 whenever in doubt.
+        self.durable_to = 0
         # Verified records of pages read again (see journal/cache.py), keyed in a
         # space of this log's own that `forget_cached` replaces.
         self._cache = cache
         self._space = cache.new_space() if cache is not None else 0
         # False for a log built in private (a new session in tmp/): it gets no
         # zeros ahead of its data, and closing it does not sync: whoever publishes
-        # it syncs everything at once (`Session.seal`).
+        # it syncs everything at once (`Session.start_seal`).
         self.preallocate = True
         self.sync_on_close = True
-        self.list_segments()
+        if fresh:
+            self.segments = [Segment(0, os.path.join(directory, segment_name(0)))]
+        else:
+            self.list_segments()
 
     @property
     def cache_space(self) -> int:
@@ -200,6 +209,7 @@ class Log:
 
     def forget_cached(self) -> None:
         """Stop serving cached records: this log is no longer what they were read from."""
+        self.durable_to = 0  # nor what was synced, perhaps
         if self._cache is not None:
             self._space = self._cache.new_space()
 
@@ -898,7 +908,13 @@ class Log:
                 w.lock.acquire()
                 w.syncing = False
                 w.synced_end = max(w.synced_end, target)
+                self.note_durable(target)
                 w.wake()
+
+    def note_durable(self, end: int) -> None:
+        """Every byte of this log before `end` has been synced (see `durable_to`)."""
+        if end > self.durable_to:
+            self.durable_to = end
 
     def _roll(self) -> None:
         w = self._writer

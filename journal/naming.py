@@ -12,7 +12,6 @@ collision is detected, never silently shared.
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
 import re
@@ -21,9 +20,15 @@ _SLUG_BAD = re.compile(r"[^a-z0-9_-]+")
 SLUG_MAX = 24
 
 
+_BASE32 = "abcdefghijklmnopqrstuvwxyz234567"  # RFC 4648's alphabet, lowercased
+
+
 @functools.lru_cache(maxsize=8192)  # called on every store call; hashing is not free
 def dir_name(ident: str) -> str:
     digest = hashlib.sha256(ident.encode("utf-8")).digest()
-    tag = base64.b32encode(digest).decode("ascii").lower()[:26]
+    # The first 26 characters of its base32 encoding: its first 130 bits, 5 at a
+    # time (base64.b32encode is pure Python, and encodes all 256 bits).
+    bits = int.from_bytes(digest[:17], "big") >> 6
+    tag = "".join([_BASE32[(bits >> shift) & 31] for shift in range(125, -1, -5)])
     slug = _SLUG_BAD.sub("_", ident.lower())[:SLUG_MAX].strip("_")
     return f"{slug}-{tag}" if slug else tag

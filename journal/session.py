@@ -54,6 +54,7 @@ from .locks import FileLock
 from .log import KIND_SESSION, Log, ScanState, segment_name
 from .metafile import KIND_IDENTITY, KIND_SNAPSHOT, encode_meta, read_meta, write_meta
 from .payloads import (
+    COMMIT_FORK,
     COMMIT_SAVE,
     CheckpointPayload,
     CommitPayload,
@@ -232,7 +233,7 @@ class Session:
     ):
         """Open the session in `directory`. `private`: the identity of a directory
         laid out by `build` or `fill_spare` (an empty log), not yet published, for
-        its first commit; nothing is synced or locked (`Store._publish` syncs it,
+        its first commit; nothing is synced or locked (`Store._stage` syncs it,
         and nobody else knows the directory)."""
         if private is not None:
             options = dataclasses.replace(options, durable=False)
@@ -241,8 +242,12 @@ class Session:
         self.id = session_id
         self.options = options
         self._private = private is not None
+        # A private session's caller may ask to hear when its first commit is written
+        # (to start syncing it while the rest of the call runs: `Store._stage`).
+        self.on_written: Callable[[], None] | None = None
         self.identity_path = os.path.join(directory, IDENTITY_FILE)  # checked on every call
-        self._identity_key = _file_key(self.identity_path)
+        # (a private directory is not published: nothing to tell its incarnation from)
+        self._identity_key = _file_key(self.identity_path) if private is None else None
         self.identity = self._read_identity() if private is None else private
         if self.identity.session_id != session_id:
             raise CorruptionError(
@@ -255,6 +260,7 @@ class Session:
             segment_bytes=options.segment_bytes,
             label=f"session {session_id!r}",
             cache=options.read_cache,
+            fresh=private is not None,
         )
         if private is not None:
             self.log.preallocate = self.log.sync_on_close = False
@@ -299,10 +305,11 @@ class Session:
             return
         self._open_caches()
         if self.head.commits == 0 and self.damage is None:
-            # Every session is published with its first commit written already
-            # (`Store._publish`): without one, it is an unfinished creation or
-            # damage, which only a check under the lock tells apart
-            # (`Session.has_commit`, called by `Store._session`).
+            # Every session is published with its first commit durable already
+            # (`Store._stage`): without one, it is a creation that a power loss cut
+            # short (the protocol of earlier versions renamed first) or damage,
+            # which only a check under the lock tells apart (`Session.has_commit`,
+            # called by `Store._session`).
             self.close()
             raise UnfinishedSessionError(
                 f"session {session_id!r} has no complete commit",
@@ -338,11 +345,11 @@ class Session:
     def build(directory: str, identity: SessionIdentity) -> None:
         """Lay out a new, empty session directory in private, without syncing anything.
 
-        The caller writes the first commit into it, then calls `seal` and publishes
-        it with one rename. Nothing here needs to be durable before `seal`: until the
-        rename, a crash leaves only garbage in tmp/. Deferring the syncs lets the
-        first commit's own fdatasync cover the segment file (3 fewer syncs per fork
-        or new session than syncing each step).
+        The caller writes the first commit into it, then `start_seal`s it and
+        publishes it with one rename once that is done. Nothing here needs to be
+        durable before `start_seal`: until the rename, a crash leaves only garbage
+        in tmp/. Deferring the syncs lets the first commit's own fdatasync cover the
+        segment file (3 fewer syncs per fork or new session than syncing each step).
         """
         Session._lay_out(directory)
         Session.fill_spare(directory, identity)
@@ -365,7 +372,7 @@ class Session:
         segment (header only), LOCK, SESSION, each directory synced after its
         entries. `fill_spare` later only writes the identity in place, so a new
         session's critical path creates no file and syncs no directory but
-        `sessions/` (see `Store._publish`).
+        `sessions/` (see `Store._stage`).
         """
         Session._lay_out(directory)
         log_dir = os.path.join(directory, LOG_DIR)
@@ -381,8 +388,12 @@ class Session:
         path = os.path.join(directory, IDENTITY_FILE)
         if not os.path.isfile(os.path.join(directory, LOG_DIR, segment_name(0))):
             raise StorageError(f"spare session directory {directory} lacks its log")
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        # Written in place into the empty file `_lay_out` made (no O_TRUNC: truncating
+        # even an empty file cost more than the write here).
+        fd = os.open(path, os.O_WRONLY)
         try:
+            if os.fstat(fd).st_size:
+                raise StorageError(f"spare session directory {directory} has an identity already")
             fsio.pwrite(fd, encode_meta(KIND_IDENTITY, _encode(identity)), 0, path)
         finally:
             os.close(fd)
@@ -393,8 +404,9 @@ class Session:
 
     @staticmethod
     def segment_files(directory: str) -> list[str]:
-        log_dir = os.path.join(directory, LOG_DIR)
-        return [os.path.join(log_dir, n) for n in os.listdir(log_dir) if n.endswith(".seg")]
+        """The segments of a directory being created (`build`, `build_spare`): its
+        first commit is the first write to its log, which never starts a new segment."""
+        return [os.path.join(directory, LOG_DIR, segment_name(0))]
 
     @staticmethod
     def identity_key(directory: str) -> tuple[int, int, int] | None:
@@ -420,23 +432,27 @@ class Session:
             log.close()
 
     @staticmethod
-    def seal(directory: str) -> None:
-        """Make a directory from `build` durable before it is published by rename.
+    def start_seal(directory: str, *, spare: bool) -> fsio.Syncing:
+        """Start making a directory from `build` or `fill_spare` durable, once its first
+        commit is written (through a `private` Session, which synced nothing); it is
+        published by rename only after every sync has finished (`Store._stage`).
 
-        The caller has written the first commit through a `private` Session and
-        closed it, which synced nothing. Its segment, identity file, `log/` and the
-        directory itself are synced here, concurrently (`fsio.sync_all`): nothing
-        is published until all four are durable, so their order does not matter.
-        Every directory is synced after all its entries exist: syncing the session
+        Its segment is fdatasynced; a directory from `build` also has its identity
+        file, `log/` and the directory itself synced, concurrently: nothing is
+        published until all are durable, so their order does not matter. Every
+        directory is synced after all its entries exist: syncing the session
         directory before `log/` existed once let a power loss leave a session
-        without its log (found by tests/test_lost_writes.py). A spare
-        (`build_spare`) is published differently: see `Store._publish`.
+        without its log (found by tests/test_lost_writes.py). A spare's entries were
+        synced when it was built, and its identity file's sync started when it was
+        written (`Store._new_session_dir`).
         """
+        if spare:
+            return fsio.start_sync(Session.segment_files(directory), [], [])
         log_dir = os.path.join(directory, LOG_DIR)
-        fsio.sync_all(
-            data_files=Session.segment_files(directory),
-            files=[Session.identity_file(directory)],
-            dirs=[log_dir, directory],
+        return fsio.start_sync(
+            Session.segment_files(directory),
+            [Session.identity_file(directory)],
+            [log_dir, directory],
         )
 
     # ------------------------------------------------------------ cache loading
@@ -882,8 +898,11 @@ class Session:
             state = self._catch_up(strict=True)
         return state
 
-    def commit(self, records: list[tuple[int, Any]], kind: int, cp_seq: int) -> int:
-        """Frame, write and apply one commit (caller holds `writing()`); return its end."""
+    def commit(
+        self, records: list[tuple[int, Any]], kind: int, cp_seq: int, *, compress: bool = True
+    ) -> int:
+        """Frame, write and apply one commit (caller holds `writing()`); return its end.
+        Without `compress`, no record is compressed (FORMAT.md section 3)."""
         start = self.log.writer_end
         frames: list[bytes] = []
         recs: list[Record] = []
@@ -894,7 +913,7 @@ class Session:
             payload = _encode(obj)
             if len(payload) > self.options.max_record_bytes:
                 raise_too_large(rtype, len(payload), self.options.max_record_bytes)
-            data = frame(rtype, payload, commit=False)
+            data = frame(rtype, payload, commit=False, compress=compress)
             frames.append(data)
             recs.append(Record(pos, len(data), rtype, 0, b""))
             objs.append(obj)
@@ -908,6 +927,8 @@ class Session:
         recs.append(Record(pos, len(data), COMMIT, 0x02, b"", int.from_bytes(data[:4], "little")))
         objs.append(closing)
         end = self.log.write(b"".join(frames))
+        if self.on_written is not None:
+            self.on_written()
         with self._state_lock:
             self._apply(recs, objs)
             self._extend_view(start, end)
@@ -994,13 +1015,16 @@ class Session:
         *,
         now: int,
         on_commit: Callable[[], None] | None = None,
+        fork: bool = False,
     ) -> list[JournalEvent]:
         """The body of `save_with_events` (validated input).
 
         `on_commit` runs right after the commit, still under the session's write
         lock: the catalog upsert goes there, so that it cannot land after the
         catalog's delete record of a delete that began after this commit (a delete
-        takes every session lock first).
+        takes every session lock first). `fork`: the first commit of a fork's child,
+        whose transcript delta is its whole context (commit kind 2, its records not
+        compressed: FORMAT.md section 3).
         """
         header = msgspec.Raw(_encode(msgspec.structs.replace(checkpoint, context=[])))
         transcript_items = [msgspec.Raw(_encode(item)) for item in transcript_delta]
@@ -1012,13 +1036,17 @@ class Session:
                     f"{head.sequence}, got {checkpoint.sequence})"
                 )
             stored = head.context if head.sequence >= 0 else None
-            base, tail = plan_context(
-                stored,
-                head.epoch,
-                checkpoint.context,
-                checkpoint.context_epoch,
-                joined=self._joined_context() if stored is not None else None,
-            )
+            tail: list[bytes] | list[msgspec.Raw]
+            if fork and stored is None:  # its transcript is its context: encoded once
+                base, tail = 0, transcript_items
+            else:
+                base, tail = plan_context(
+                    stored,
+                    head.epoch,
+                    checkpoint.context,
+                    checkpoint.context_epoch,
+                    joined=self._joined_context() if stored is not None else None,
+                )
             seq = checkpoint.sequence
             receipts = []
             seen = set()
@@ -1083,7 +1111,8 @@ class Session:
                                 stream_metrics=metrics,
                             )
                         )
-                    end = self.commit(records, COMMIT_SAVE, seq)
+                    kind = COMMIT_FORK if fork else COMMIT_SAVE
+                    end = self.commit(records, kind, seq, compress=not fork)
                 except BaseException:
                     eventrules.undo(rules, changes)
                     raise

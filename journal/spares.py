@@ -4,8 +4,9 @@ Creating a session (first save, fork) used to create two directories and three
 files and sync both directories on its critical path; file creation alone costs
 about 0.35 ms each on some disks. A spare has all of that done, durably, ahead of
 time (`Session.build_spare`): taking one leaves the identity to write in place
-(its sync overlaps the first commit's writing), the first commit, and the rename
-that publishes it followed by one round of syncs (`Store._publish`).
+(its sync overlaps the first commit's writing), the first commit (its fdatasync
+starts once it is written), and the rename that publishes it once both are
+durable, followed by the sync of `sessions/` (`Store._stage`).
 
 A spare is garbage until that rename, like any half-built directory in tmp/:
 a crash leaves it for `Store._clean_tmp`, which removes tmp/ entries older than

@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Generic, Literal, TypeVar, cast
 
 import msgspec
 
@@ -585,9 +585,9 @@ class Store:
         """Create a session with its first commit: built in tmp/, published by one rename.
 
         A session directory is therefore never seen without its first commit
-        written (not after a kill, not after a rejected first save); only a power
-        loss before `_publish` returns can leave it without one (see
-        `_settle_unfinished`). Returns None, having changed nothing, when the
+        (not after a kill, a power loss or a rejected first save; a power loss cut
+        short the creations of earlier versions, see `_settle_unfinished`).
+        Returns None, having changed nothing, when the
         session appeared meanwhile (the caller then saves into it, which enforces
         the sequence rule against what is there).
         """
@@ -610,92 +610,53 @@ class Store:
         identity: SessionIdentity,
         write: Callable[[Session], T],
         announce: Callable[[T], None],
-        wait_for: fsio.Syncing | None = None,
     ) -> T | None:
-        """Build a new session in private, let `write` make its first commit, wait for
-        `wait_for`, then publish it and `announce` what `write` returned (its catalog
-        entry). Returns what `write` returned, or None, having published nothing,
-        when a directory of that name exists already.
+        """Build a new session in private, let `write` make its first commit, then
+        publish it and `announce` what `write` returned (its catalog entry). Returns
+        what `write` returned, or None, having published nothing, when a directory
+        of that name exists already.
         """
+        staged = self._stage(identity, write)
+        with staged:
+            if not staged.publish(announce):
+                return None
+            return staged.result
+
+    def _stage(self, identity: SessionIdentity, write: Callable[[Session], T]) -> _Staged[T]:
+        """A new session built in private with its first commit written by `write`,
+        its syncs running (see `_Staged`); nothing is visible yet."""
         tmp, identity_sync = self._new_session_dir(identity)
+        syncs = [] if identity_sync is None else [identity_sync]
+        sealing: list[fsio.Syncing] = []
+
+        def seal() -> None:  # as soon as the first commit is written: it then runs
+            # while the rest of the call does (the new session's head and summary,
+            # for a fork the tree lock and the checks of its parent)
+            sealing.append(Session.start_seal(tmp, spare=identity_sync is not None))
+            syncs.extend(sealing)
+
         try:
             first = Session(tmp, identity.session_id, self.options, private=identity)
+            first.on_written = seal
             try:
                 result = write(first)
             finally:
-                first.close()  # syncs nothing: `_publish` syncs it all
+                first.close()  # syncs nothing: `seal` started them
+            if not sealing:
+                raise JournalError("a new session's first commit was not written")
             # No cache files: the first open rebuilds them from one commit, for less
             # than writing them here costs.
-            if wait_for is not None:
-                wait_for.wait()
-            published = self._publish(
-                tmp,
-                self.session_dir(identity.session_id),
-                identity_sync,
-                lambda: announce(result),
-            )
         except BaseException:
+            for syncing in syncs:
+                syncing.wait_quietly()
             shutil.rmtree(tmp, ignore_errors=True)
+            self.spares.refill_soon()
             raise
-        if not published:
-            shutil.rmtree(tmp, ignore_errors=True)
-            return None
-        self.spares.refill_soon()
-        return result
-
-    def _publish(
-        self,
-        tmp: str,
-        path: str,
-        identity_sync: fsio.Syncing | None,
-        announce: Callable[[], None],
-    ) -> bool:
-        """Give a session built in private (`_new_session_dir`, then its first commit)
-        its name, `announce` it, and return once it is durable. False, publishing
-        nothing, when a directory of that name exists already. See FORMAT.md
-        section 9.
-
-        `announce` (the catalog entry) runs after the rename, while the last syncs
-        run, and under the new session's lock: a delete takes that lock before it
-        writes its own catalog record, so the entry can never land after that
-        record and list a deleted session (see `_save_existing`).
-        """
-        parent = os.path.dirname(path)
-        # The new session's write lock is held until it is durable: no other writer
-        # commits into a session that a power loss could still take away.
-        guard = FileLock(os.path.join(tmp, LOCK_FILE), "a session being published")
-        try:
-            # Always free (nobody else knows tmp/); acquire() also writes the holder
-            # line, which names us to a writer that waits for it meanwhile.
-            guard.acquire(0)
-            if identity_sync is None:
-                # Built now: its entries are new and must be durable before its name
-                # is, or a power loss could publish a session without its log.
-                Session.seal(tmp)
-                if not _rename_unless_taken(tmp, path):
-                    return False
-                _announce_while(fsio.start_sync([], [], [parent]), announce)
-                return True
-            # A spare: its entries are durable already, and its identity file was
-            # synced while the first commit was being written. So the name can come
-            # before the first commit is durable, and be synced with it in one round
-            # instead of two (in both modes, like every creation): a power loss in
-            # that round leaves at worst a session without a complete commit, which
-            # readers treat as never created (`_settle_unfinished`). If a sync
-            # fails, the call fails but the session stays published: like a commit
-            # whose sync failed, it may or may not survive a power loss.
-            identity_sync.wait()
-            if not _rename_unless_taken(tmp, path):
-                return False
-            syncing = fsio.start_sync(Session.segment_files(path), [], [parent])
-            _announce_while(syncing, announce)
-            return True
-        finally:
-            guard.close()
+        return _Staged(self, tmp, self.session_dir(identity.session_id), result, syncs)
 
     def _new_session_dir(self, identity: SessionIdentity) -> tuple[str, fsio.Syncing | None]:
         """A private directory for a new session, for the caller to write its first
-        commit into and `_publish`: a spare if one is ready, with the sync of its
+        commit into and publish (`_stage`): a spare if one is ready, with the sync of its
         identity file under way, else one built now (and None)."""
         spare = self.spares.take()
         if spare is not None:
@@ -1295,7 +1256,25 @@ class Store:
         validate.validate_session_id(cp.session_id)
         validate.validate_fork_child(parent_session_id, cp)
         validate.validate_checkpoint(cp)
-        with self.tree.locked():
+        now = int(time.time())
+        ident = SessionIdentity(cp.session_id, parent_session_id, parent_sequence, now)
+
+        def write(child: Session) -> tuple[SessionSummary, int]:
+            child.save(cp, list(cp.context), None, [], now=now, fork=True)
+            # The catalog entry comes from the child as built: the published
+            # directory is opened when something first uses it, not here.
+            summary, covered = self._summary_of(child)
+            assert summary is not None
+            return summary, covered
+
+        def announce(built: tuple[SessionSummary, int]) -> None:
+            self._catalog_publish(cp.session_id, *built, cp.sequence, None)
+
+        # The child is built, and its syncs started, before the tree lock is taken:
+        # it depends on nothing but the arguments, and its syncs then run while the
+        # parent is checked. It stays private (in tmp/) until published below, and is
+        # removed, having changed nothing, when a check fails.
+        with self._stage(ident, write) as staged, self.tree.locked():
             parent = self._session(parent_session_id)
             if parent is not None:
                 parent.refresh()
@@ -1306,34 +1285,26 @@ class Store:
                     f"fork point is newer than the parent checkpoint ({parent_sequence} >"
                     f" {parent.head.sequence}, parent {parent_session_id!r})"
                 )
-            path = self.session_dir(cp.session_id)
             if self._session(cp.session_id) is not None:
                 raise ContractViolationError(f"session {cp.session_id!r} already exists")
             # The child must not outlive its fork point: make the parent's commits
             # written so far durable (a save on it may still be syncing them, here
             # or in another process; its older segments were synced when sealed)
-            # while the child is built. The parent's directory entry becomes
-            # durable with the child's: both are in sessions/, synced last.
-            parent_sync = fsio.start_sync([parent.log.segments[-1].path], [], [])
-            self.registry.note(os.path.basename(path))
-            now = int(time.time())
-            ident = SessionIdentity(cp.session_id, parent_session_id, parent_sequence, now)
-
-            def write(child: Session) -> tuple[SessionSummary, int]:
-                child.save(cp, list(cp.context), None, [], now=now)
-                # The catalog entry comes from the child as built: the published
-                # directory is opened when something first uses it, not here.
-                summary, covered = self._summary_of(child)
-                assert summary is not None
-                return summary, covered
-
-            def announce(built: tuple[SessionSummary, int]) -> None:
-                self._catalog_publish(cp.session_id, *built, cp.sequence, None)
-
-            built = self._create(ident, write, announce, wait_for=parent_sync)
-            if built is None:  # another process created it since the check above
+            # before the child is published. The parent's directory entry becomes
+            # durable with the child's: both are in sessions/, synced last. Skipped
+            # when this process synced them already (its own durable saves, or the
+            # sync of an earlier fork at the same parent position).
+            parent_covered = parent.head.covered
+            parent_sync: fsio.Syncing | None = None
+            if parent.log.durable_to < parent_covered:
+                parent_sync = fsio.start_sync([parent.log.segments[-1].path], [], [])
+            self.registry.note(os.path.basename(staged.path))
+            if not staged.publish(announce, wait_for=parent_sync):
+                # another process created it since the check above
                 raise ContractViolationError(f"session {cp.session_id!r} already exists")
-            return built[0]
+            if parent_sync is not None:
+                parent.log.note_durable(parent_covered)
+            return staged.result[0]
 
     @_guard
     def fork_at(
@@ -1546,6 +1517,71 @@ class _SummaryFields(msgspec.Struct):
 
 class _MetadataOnly(msgspec.Struct):
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class _Staged(Generic[T]):
+    """A new session built in private (`Store._stage`): its first commit is written and
+    the syncs that make the directory durable are running (its identity file and
+    segment; for a directory built on the spot, also its entries). `publish` waits
+    for them, gives the directory its name and makes that durable (FORMAT.md
+    section 9). Used as a context manager: leaving it without a publish removes the
+    directory, having changed nothing anyone can see.
+    """
+
+    def __init__(
+        self, store: Store, tmp: str, path: str, result: T, syncs: list[fsio.Syncing]
+    ) -> None:
+        self.store = store
+        self.tmp = tmp
+        self.path = path
+        self.result = result
+        self._syncs = syncs
+        self._published = False
+
+    def publish(self, announce: Callable[[T], None], wait_for: fsio.Syncing | None = None) -> bool:
+        """Publish the session once its syncs and `wait_for` are done, `announce` it,
+        and return once its name is durable. False, publishing nothing, when a
+        directory of that name exists already.
+
+        `announce` (the catalog entry) runs after the rename, while `sessions/` is
+        synced, and under the new session's lock: a delete takes that lock before
+        it writes its own catalog record, so the entry can never land after that
+        record and list a deleted session (see `Store._save_existing`).
+        """
+        parent = os.path.dirname(self.path)
+        # The new session's write lock is held until its name is durable: no other
+        # writer commits into a session that a power loss could still take away.
+        guard = FileLock(os.path.join(self.tmp, LOCK_FILE), "a session being published")
+        try:
+            # Always free (nobody else knows tmp/); acquire() also writes the holder
+            # line, which names us to a writer that waits for it meanwhile.
+            guard.acquire(0)
+            # Everything in the directory is durable before its name can be: a power
+            # loss never publishes a session without its identity, its log or its
+            # first commit.
+            for syncing in self._syncs:
+                syncing.wait()
+            if wait_for is not None:
+                wait_for.wait()
+            if not _rename_unless_taken(self.tmp, self.path):
+                return False
+            self._published = True
+            # If the sync fails, the call fails but the session stays published: like
+            # a commit whose sync failed, it may or may not survive a power loss.
+            _announce_while(fsio.start_sync([], [], [parent]), lambda: announce(self.result))
+            return True
+        finally:
+            guard.close()
+
+    def __enter__(self) -> _Staged[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._published:
+            for syncing in self._syncs:
+                syncing.wait_quietly()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        self.store.spares.refill_soon()
 
 
 def _close_quietly(sessions: Sequence[Session]) -> None:

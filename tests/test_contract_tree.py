@@ -1047,3 +1047,56 @@ def test_fork_of_deleted_child_then_new_child_ok(store: Adapter) -> None:
     assert again.parent_session_id == "p"
     assert store.delete_sessions(["p"]) is True
     assert _present(store) == {"u"}
+
+
+def test_a_forks_first_commit_is_kind_2_and_not_compressed(tmp_path: Path) -> None:
+    """FORMAT.md section 3: the child's first commit (its context twice) is stored as it
+    is; the commits after it, and a first save's, are compressed as usual."""
+    from journal.payloads import COMMIT_FORK, COMMIT_SAVE, DECODERS
+    from journal.record import COMMIT, FLAG_ZSTD
+    from journal.session import open_log
+
+    big = [{"role": "user", "content": f"item {i} " + "lorem ipsum dolor " * 40} for i in range(10)]
+    store = journal.open(tmp_path / "s")
+    try:
+        parent = Checkpoint.empty("parent")
+        parent.context = list(big)
+        store.save(parent)
+        child = Checkpoint.empty("child")
+        child.context = list(big)
+        store.fork("parent", 0, child)
+        later = Checkpoint.empty("child")
+        later.sequence = 1
+        later.context_epoch = 1
+        later.context = [*big, *big]
+        store.save(later, list(big))
+        dirs = {sid: store.session_dir(sid) for sid in ("parent", "child")}
+        assert store.load("child") == later
+        page = store.transcript_page("child", journal.TranscriptPageRequest(max_batches=5))
+        assert [b.sequence for b in page.batches] == [1, 0] and page.batches[1].items == big
+    finally:
+        store.close()
+
+    def commits(directory: str) -> list[list[tuple[int, int]]]:
+        """Per commit: (type, zstd flag) of each record, then (COMMIT, commit kind)."""
+        log = open_log(directory)
+        try:
+            return [
+                [
+                    (r.rtype, DECODERS[COMMIT].decode(r.payload).kind)
+                    if r.rtype == COMMIT
+                    else (r.rtype, r.flags & FLAG_ZSTD)
+                    for r in records
+                ]
+                for records in log.committed(0, ScanState(), strict=True)
+            ]
+        finally:
+            log.close()
+
+    first, second = commits(dirs["child"])
+    assert first[-1] == (COMMIT, COMMIT_FORK)
+    assert all(flags == 0 for _, flags in first[:-1])
+    assert second[-1] == (COMMIT, COMMIT_SAVE)
+    assert any(flags for _, flags in second[:-1]), "the child's next commit is compressed"
+    ((*records, closing),) = commits(dirs["parent"])
+    assert closing == (COMMIT, COMMIT_SAVE) and any(flags for _, flags in records)

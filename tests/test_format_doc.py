@@ -191,3 +191,22 @@ def test_page_decoder_reads_the_documented_transcript_layout() -> None:
         payloads.TranscriptPayload(7, 1_700_000_000, [msgspec.Raw(payloads.encode({"a": [1]}))])
     )
     assert payloads.transcript_items_decoder.decode(raw).items == [{"a": [1]}]
+
+
+@pytest.mark.parametrize(
+    "ident",
+    ["a", "Session-1", "../x", "/", "", "x" * 4096, "é🙂 UPPER lower", "__a__b__", "CON", "a\x00b"],
+)
+def test_directory_names_follow_section_1(ident: str) -> None:
+    """`<slug>-<digest>`: the first 26 characters of the lowercase base32 encoding of
+    SHA-256 of the id's UTF-8 bytes; at most 24 characters of the lowercased id with
+    every run outside [a-z0-9_-] replaced by `_`, `_` stripped at both ends."""
+    import base64
+    import hashlib
+
+    from journal.naming import dir_name
+
+    digest = base64.b32encode(hashlib.sha256(ident.encode("utf-8")).digest()).decode()
+    slug = re.sub(r"[^a-z0-9_-]+", "_", ident.lower())[:24].strip("_")
+    tag = digest.lower()[:26]
+    assert dir_name(ident) == (f"{slug}-{tag}" if slug else tag)

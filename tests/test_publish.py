@@ -1,11 +1,13 @@
-"""Publishing a new session from a spare: the name first, then one round of syncs.
+"""Publishing a new session: everything durable first, then the name.
 
-A new session made from a spare directory (first save, fork) is renamed into
-`sessions/` before its first commit is durable; the segment and `sessions/` are
-then synced together, under the new session's write lock (FORMAT.md section 9).
-A power loss in that round can leave a published directory whose log holds no
-complete commit: the store must read that session as absent and clear it away,
-never report it as damage, and let the same id be created again.
+A new session (first save, fork) is built in private, from a spare directory or
+on the spot; its identity file, its segment with the first commit (and, for a
+directory built on the spot, its entries) are synced before it is renamed into
+`sessions/`, which is synced last, under the new session's write lock (FORMAT.md
+section 9). So a power loss never leaves a published directory without a
+complete commit. Earlier versions published first and synced after: such a
+directory, if one is found, must read as absent and be cleared away, never be
+reported as damage, and the same id must be creatable again.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from journal import Checkpoint, Event, fsio
 from journal.locks import FileLock
 from journal.log import SEGMENT_HEADER_SIZE
 from journal.session import LOCK_FILE, LOG_DIR
+from journal.tree import Tree
 from journal.verify import verify_store
 
 
@@ -39,7 +42,10 @@ def _segment(session_dir: str) -> str:
     return os.path.join(log_dir, name)
 
 
-def test_the_name_is_published_before_the_first_commit_is_synced(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["fork", "first save"])
+def test_the_first_commit_is_durable_before_the_name_is_published(
+    tmp_path: Path, how: str
+) -> None:
     root = str(tmp_path / "s")
     with recording(root) as recorder:
         store = journal.open(root)
@@ -48,19 +54,31 @@ def test_the_name_is_published_before_the_first_commit_is_synced(tmp_path: Path)
             child_dir = os.path.realpath(store.session_dir("child"))
             ops: list[tuple[str, str]] = []
             recorder.hook = lambda op, path: ops.append((op, os.path.realpath(path)))
-            store.fork("parent", 0, _child("child"))
+            if how == "fork":
+                store.fork("parent", 0, _child("child"))
+            else:
+                store.save(_child("child"))
             recorder.hook = None
         finally:
             store.close()
     renamed = ops.index(("rename", child_dir))
-    identity = [k for k, (op, path) in enumerate(ops) if path.endswith("/SESSION")]
-    segment = ops.index(("sync_data", _segment(child_dir)))
-    parent = ops.index(("sync_dir", os.path.dirname(child_dir)))
-    # the identity file's sync before the rename; the first commit's and the
-    # name's after it (one round), and nothing else synced in between
-    assert ops[identity[-1]][0] == "sync_file" and identity[-1] < renamed
-    assert renamed < segment and renamed < parent
-    assert {op for op, _ in ops[renamed + 1 :]} <= {"sync_data", "sync_dir", "pwrite"}
+    # the only rename of the creation is the one that publishes it
+    assert [path for op, path in ops[:renamed] if op == "rename"] == []
+    identity = [(op, path) for op, path in ops[:renamed] if path.endswith("/SESSION")]
+    built_in = os.path.dirname(identity[0][1])  # the private directory (a spare)
+    first_segment = os.path.join(built_in, LOG_DIR, "00000000000000000000.seg")
+    segment = [op for op, path in ops[:renamed] if path == first_segment]
+    # the identity written and synced, the first commit written and synced: all
+    # before the rename; after it, only the name's directory is synced (and the
+    # catalog entry written meanwhile)
+    assert [op for op, _ in identity] == ["pwrite", "sync_file"], identity
+    assert segment[-2:] == ["pwrite", "sync_data"], segment
+    # (the spare built after it, here inline, is the store's next one)
+    after = [(op, path) for op, path in ops[renamed + 1 :] if "/tmp/spare-" not in path]
+    assert [(op, path) for op, path in after if op != "pwrite"] == [
+        ("sync_dir", os.path.dirname(child_dir))
+    ]
+    assert all("/catalog/" in path for op, path in after if op == "pwrite"), after
 
 
 def _images_during(root: str, images: str, call: Any) -> list[str]:
@@ -131,11 +149,13 @@ def test_power_loss_while_publishing_leaves_the_session_absent_or_whole(
         finally:
             store.close()
         shutil.rmtree(image)
-    assert unfinished > 0, "no image caught a published session without a durable commit"
+    # the name is published only once the first commit is durable
+    assert unfinished == 0, "an image has a published session without a durable commit"
 
 
 def test_a_session_without_a_complete_commit_reads_as_absent(tmp_path: Path) -> None:
-    """What a power loss in the sync round leaves, made by hand: the first commit cut off."""
+    """What a power loss in the sync round after the publishing rename of earlier
+    versions could leave, made by hand: the first commit cut off."""
     root = tmp_path / "s"
     store = journal.open(root)
     try:
@@ -351,6 +371,84 @@ def test_a_directory_discarded_meanwhile_by_another_process_is_just_absent(
         store.close()
 
 
+def test_a_fork_writes_and_syncs_its_child_before_it_takes_the_tree_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child depends on nothing but the arguments: its first commit is written,
+    and its syncs started as soon as it is (before even its summary is made), before
+    the tree lock, so they run while the parent is checked under it."""
+    events: list[str] = []
+
+    class Recording(fsio.FileOps):
+        concurrent = False  # syncs run when started: the order below is theirs
+
+        def pwrite(self, fd: int, data: bytes, offset: int, path: str) -> None:
+            if path.endswith(".seg") and "/tmp/" in path:
+                events.append("child commit written")
+            super().pwrite(fd, data, offset, path)
+
+        def sync_data(self, fd: int, path: str) -> None:
+            if "/tmp/" in path:
+                events.append("child commit synced")
+            super().sync_data(fd, path)
+
+    real_locked = Tree.locked
+    real_summary = journal.Store._summary_of
+
+    def locked(self: Tree) -> Any:
+        events.append("tree lock")
+        return real_locked(self)
+
+    def summary_of(self: journal.Store, sess: Any) -> Any:
+        events.append("summary")
+        return real_summary(self, sess)
+
+    store = journal.open(tmp_path / "s")
+    try:
+        store.save(_child("parent"))
+        store.spares.wait()
+        monkeypatch.setattr(fsio, "ops", Recording())
+        monkeypatch.setattr(Tree, "locked", locked)
+        monkeypatch.setattr(journal.Store, "_summary_of", summary_of)
+        store.fork("parent", 0, _child("child"))
+    finally:
+        monkeypatch.undo()
+        store.close()
+    written, synced = events.index("child commit written"), events.index("child commit synced")
+    assert written < synced < events.index("summary") < events.index("tree lock"), events
+
+
+@pytest.mark.parametrize("why", ["no parent", "fork point too new", "child exists"])
+def test_a_fork_refused_under_the_tree_lock_leaves_nothing_behind(
+    tmp_path: Path, why: str
+) -> None:
+    root = tmp_path / "s"
+    store = journal.open(root)
+    try:
+        store.save(_child("parent"))
+        store.save(_child("child"))
+        store.spares.wait()
+        before = sorted(os.listdir(root / "sessions"))
+        parent, point, child = {
+            "no parent": ("nobody", 0, "new"),
+            "fork point too new": ("parent", 5, "new"),
+            "child exists": ("parent", 0, "child"),
+        }[why]
+        with pytest.raises((journal.NotFoundError, journal.ContractViolationError)):
+            store.fork(parent, point, _child(child))
+        store.spares.wait()
+        assert sorted(os.listdir(root / "sessions")) == before
+        left = [n for n in os.listdir(root / "tmp") if not n.startswith("spare-")]
+        assert left == []
+        listed = store.list_sessions_page(journal.SessionPageRequest(limit=10)).sessions
+        assert sorted(s.session_id for s in listed) == ["child", "parent"]
+        assert store.load("new") is None
+        store.fork("parent", 0, _child("new"))  # and the store goes on
+        assert store.session_summary("new") is not None
+    finally:
+        store.close()
+
+
 def test_fork_makes_the_parents_newest_commits_durable_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -386,6 +484,49 @@ def test_fork_makes_the_parents_newest_commits_durable_first(
     assert recording.ops.index(("sync_data", parent_segment)) < recording.ops.index(
         ("rename", child_dir)
     )
+
+
+def test_fork_syncs_the_parent_only_where_this_process_has_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parent commit this process has made durable already (its own durable save,
+    or an earlier fork's sync of it) is not synced again; one it has not is."""
+
+    class Recording(fsio.FileOps):
+        def __init__(self) -> None:
+            self.synced: list[str] = []
+
+        def sync_data(self, fd: int, path: str) -> None:
+            self.synced.append(os.path.realpath(path))
+            super().sync_data(fd, path)
+
+    root = tmp_path / "s"
+    store = journal.open(root)  # durable saves
+    other = journal.open(root, durability="os")  # another writer, saving unsynced
+    try:
+        for seq in range(3):
+            cp = _child("parent")
+            cp.sequence = seq
+            store.save(cp)
+        store.spares.wait()
+        parent_segment = os.path.realpath(_segment(store.session_dir("parent")))
+        recording = Recording()
+        monkeypatch.setattr(fsio, "ops", recording)
+        store.fork("parent", 2, _child("a"))  # its own durable saves
+        store.spares.wait()
+        assert parent_segment not in recording.synced
+        cp = _child("parent")
+        cp.sequence = 3
+        other.save(cp)  # not durable yet
+        store.fork("parent", 3, _child("b"))
+        store.spares.wait()
+        assert recording.synced.count(parent_segment) == 1
+        store.fork("parent", 3, _child("c"))  # synced by the fork before
+        store.spares.wait()
+        assert recording.synced.count(parent_segment) == 1
+    finally:
+        other.close()
+        store.close()
 
 
 def test_a_session_in_use_is_not_closed_under_its_caller(

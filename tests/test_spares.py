@@ -71,6 +71,19 @@ def test_a_damaged_spare_is_not_used(store_with_spares: tuple[journal.Store, Pat
     assert os.path.isdir(os.path.join(store.session_dir("second"), "log"))
 
 
+def test_a_spare_with_an_identity_already_is_not_used(
+    store_with_spares: tuple[journal.Store, Path],
+) -> None:
+    """Its identity is written in place, not over something else (no truncation)."""
+    store, root = store_with_spares
+    for name in _spares_on_disk(root):
+        (root / "tmp" / name / IDENTITY_FILE).write_bytes(b"x" * 4096)
+        (root / "tmp" / name / "marker").write_bytes(b"")
+    store.save(Checkpoint.empty("second"))
+    assert store.load("second") is not None
+    assert not os.path.exists(os.path.join(store.session_dir("second"), "marker"))
+
+
 def test_an_old_spare_is_thrown_away(
     store_with_spares: tuple[journal.Store, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
