@@ -405,11 +405,7 @@ class Catalog:
                 end = self.covered
                 self._quiet_mark = -1
                 if not (
-                    (
-                        self.log.writer_at(end, check_link=False)
-                        if quiet
-                        else self.log.untouched_since(end)
-                    )
+                    (self.log.writer_at(end) if quiet else self.log.untouched_since(end))
                     and self.log.writer_is_current()
                 ):
                     self._prepare_write()

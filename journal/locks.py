@@ -108,6 +108,18 @@ class FileLock:
                 raise
         return ours
 
+    def still_linked(self) -> bool:
+        """Does the lock file still have a name? (one fstat of the lock file, never of
+        the file it guards: see `Log.writer_at`) False once its directory was
+        removed, by hand or by a delete's trash."""
+        fd = self._fd
+        if fd is None:
+            return False
+        try:
+            return os.fstat(fd).st_nlink > 0
+        except OSError:
+            return False
+
     def line_is_ours(self) -> bool:
         """Is this object's holder line still on file? (one pread, no lock taken): if
         so, no other `FileLock` took the lock since this one last wrote it."""

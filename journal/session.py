@@ -773,7 +773,9 @@ class Session:
             # commit (`quiet`: no read at all), or nobody appended since (one pread).
             # Either way the head is current and the writer in place.
             end = self.head.covered
-            if quiet and not (self._recovered and self.log.writer_at(end)):
+            if quiet and not (
+                self._recovered and self.log.writer_at(end) and self.flock.still_linked()
+            ):
                 self._check_published_and_not_doomed()  # say, the directory went away
                 quiet = False
             if not (quiet or (self._recovered and self.log.untouched_since(end))):
@@ -1375,14 +1377,14 @@ class Session:
 
     def quiet_for_reads(self) -> bool:
         """Does what this object holds answer a read without looking at the log? (one
-        pread and one fstat, against the probes of `refresh` and the store's checks)
+        pread and one fstat of LOCK, against the probes of `refresh` and the store's checks)
 
         Yes when this process wrote last and nobody took the lock since: our holder
         line is still in LOCK (every other writer, deleter or recovery writes its
         own first, FORMAT.md section 8), nothing here locked through our lock
         object since our writer released it (a delete in this process does), our
-        head is where that writer left the log, and the segment still has a name
-        (not removed by hand). A commit that starts after this check is concurrent
+        head is where that writer left the log, and LOCK still has a name (the
+        directory was not removed by hand). A commit that starts after this check is concurrent
         with the read, which may come before it.
         """
         mark = self._quiet_mark
@@ -1393,8 +1395,9 @@ class Session:
         return (
             state.tail == "clean"
             and state.end == end
-            and self.flock.line_is_ours()
             and self.log.writer_at(end)
+            and self.flock.line_is_ours()
+            and self.flock.still_linked()
         )
 
     @property
