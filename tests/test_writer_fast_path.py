@@ -482,3 +482,42 @@ def test_a_read_after_a_delete_here_finds_nothing(tmp_path: Path) -> None:
         assert store.events_after("a", 0, 10) == []
     finally:
         store.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names descriptors through /proc")
+def test_no_segment_is_stat_on_the_commit_and_read_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stat of a file makes its next write take a fine-grained timestamp on Linux
+    6.13+ (multigrain timestamps), and that write's fdatasync then costs about
+    50 us more: no segment may be stat'ed per commit or per read."""
+    store = journal.open(tmp_path / "s")
+    try:
+        store.save(Checkpoint.empty("a"))
+        for n in range(3):  # settle: recovery, the first preallocation, the catalog
+            store.append_event("a", n, _warning(f"warm {n}"))
+        stat_of: list[str] = []
+        real_fstat, real_stat = os.fstat, os.stat
+
+        def fstat(fd: int) -> os.stat_result:
+            stat_of.append(os.readlink(f"/proc/self/fd/{fd}"))
+            return real_fstat(fd)
+
+        def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+            stat_of.append(os.fspath(path))
+            return real_stat(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "fstat", fstat)
+        monkeypatch.setattr(os, "stat", stat)
+        for n in range(10):
+            store.append_event("a", 10 + n, _warning(f"e{n}"))
+            store.event_page("a", EventPageRequest(limit=5))
+            cp = store.load("a")
+            assert cp is not None
+            cp.sequence += 1
+            store.save(cp)
+        monkeypatch.undo()
+        segments = [p for p in stat_of if p.endswith(".seg") and f"{os.sep}sessions{os.sep}" in p]
+        assert segments == [], segments[:5]
+    finally:
+        store.close()
