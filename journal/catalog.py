@@ -395,18 +395,26 @@ class Catalog:
         with self._lock:
             ours = self.flock.acquire(self.lock_timeout)
             try:
-                # Fast path, as for sessions: our writer is where we last wrote, nobody
-                # appended since, and it is still the catalog's file (no other process
-                # set a damaged catalog aside: that renames without the lock). Nobody
-                # appended if nobody else held the lock since our last append (our
-                # holder line, and no other lock here through this object: see
-                # `Session._acquire_locks`), or else if the bytes there are still zeros.
+                moved = not self.flock.is_at_path()
+                if moved:
+                    # Another process set a damaged catalog aside (a rename that takes no
+                    # lock) and built a new one: lock the new catalog's file, not the old
+                    # (that excluded nobody), and read the new log before writing.
+                    self.flock.release()
+                    self.flock.close()
+                    self.flock.acquire(self.lock_timeout)
+                # Fast path, as for sessions: our writer is where we last wrote and nobody
+                # appended since. Nobody appended if nobody else held the lock since our
+                # last append (our holder line, and no other lock here through this
+                # object: see `Session._acquire_locks`), or else if the bytes there are
+                # still zeros. With the lock file at its path, the catalog directory is
+                # the one we wrote to. (The lock file is stat'ed, never the segment: see
+                # `Log.writer_at`.)
                 quiet = ours and self.flock.acquisitions == self._quiet_mark + 1
                 end = self.covered
                 self._quiet_mark = -1
-                if not (
-                    (self.log.writer_at(end) if quiet else self.log.untouched_since(end))
-                    and self.log.writer_is_current()
+                if moved or not (
+                    self.log.writer_at(end) if quiet else self.log.untouched_since(end)
                 ):
                     self._prepare_write()
                 start = self.log.writer_end

@@ -120,6 +120,17 @@ class FileLock:
         except OSError:
             return False
 
+    def is_at_path(self) -> bool:
+        """Is our descriptor still the file at `path`? (an fstat and a stat of the lock
+        file: its directory renamed away leaves us locking a file nobody else uses)"""
+        fd = self._fd
+        if fd is None:
+            return False
+        try:
+            return os.path.samestat(os.fstat(fd), os.stat(self.path))
+        except OSError:
+            return False
+
     def line_is_ours(self) -> bool:
         """Is this object's holder line still on file? (one pread, no lock taken): if
         so, no other `FileLock` took the lock since this one last wrote it."""

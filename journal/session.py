@@ -283,10 +283,12 @@ class Session:
         self.closed = False
         self._dead_epoch: int | None = None  # an epoch whose items `compact` dropped
         self._state_lock = threading.RLock()
-        self.indexes = {
-            k: Index(directory, k)
-            for k in (KIND_EVENTS, KIND_CHECKPOINTS, KIND_TRANSCRIPTS, KIND_EXECUTIONS)
-        }
+        self._set_indexes(
+            {
+                k: Index(directory, k)
+                for k in (KIND_EVENTS, KIND_CHECKPOINTS, KIND_TRANSCRIPTS, KIND_EXECUTIONS)
+            }
+        )
         self.head = Head()
         self._receipts: set[str] = set()
         self._snapshot_covered = 0
@@ -629,14 +631,18 @@ class Session:
         with self._state_lock:
             self.log.forget_cached()  # an index pointed at the wrong bytes: trust nothing read
             old = self.indexes
-            self.indexes = {k: Index(self.dir, k) for k in old}
+            self._set_indexes({k: Index(self.dir, k) for k in old})
             try:
                 self._catch_up(strict=False)
             except CorruptionError:
-                self.indexes = old
+                self._set_indexes(old)
                 raise
             for idx in old.values():
                 idx.discard_file()
+
+    def _set_indexes(self, indexes: dict[int, Index]) -> None:
+        self.indexes = indexes
+        self._index_list = tuple(indexes.values())  # for `after_commit`, on every commit
 
     # ----------------------------------------------------------------- applying
     def _apply(self, commit: list[Record], built: list[Any] | None) -> None:
@@ -952,10 +958,8 @@ class Session:
         if grown >= self.options.snapshot_bytes and grown >= self._snapshot_size:
             self.flush_caches()
             return
-        pending = 0
-        for idx in self.indexes.values():  # a plain loop: this runs on every commit
-            pending += idx.pending
-        if pending >= self.options.index_flush_entries:
+        a, b, c, d = self._index_list  # this runs on every commit: no loop
+        if a.pending + b.pending + c.pending + d.pending >= self.options.index_flush_entries:
             # Under the state lock: readers in other threads walk the same Index
             # objects (and their file descriptors), which a flush replaces.
             with self._state_lock:
@@ -1163,13 +1167,16 @@ class Session:
                     cv.notify_all()
                 raise
         if not req.done:
-            self._lead_appends(req)
+            self._lead_appends(req)  # and synced it, in fsync mode
+            if req.error is None:
+                assert req.result is not None
+                return req.result
         if req.error is not None:
             if req.shared_error:  # one exception for the whole batch: raise our own copy
                 raise _own_copy(req.error) from req.error
             raise req.error
         assert req.result is not None
-        self.wait_durable(req.end)
+        self.wait_durable(req.end)  # led by another thread, which syncs it too
         return req.result
 
     def _gather_appends(self) -> None:
@@ -1273,8 +1280,9 @@ class Session:
                         seq + 1, req.recorded_at_ms, req.event, metrics, removes, transient
                     )
                     raw = _encode(payload)
-                    if len(raw) > limit:
-                        raise_too_large(EVENT, len(raw), limit)
+                    size = len(raw)
+                    if size > limit:
+                        raise_too_large(EVENT, size, limit)
                     data = frame(EVENT, raw, commit=True)
                 except Exception as exc:  # this caller's input: the others go on
                     eventrules.undo(rules, changes, mark)
@@ -1292,7 +1300,9 @@ class Session:
                 eventrules.undo(rules, changes)  # nothing was written
                 raise
             end = self._apply_own_events(staged, start)
-            self._extend_view(start, end)
+            state = self.tail_state  # `_extend_view`, inline
+            if state.tail == "clean" and state.end == start:
+                state.end = end
 
     def _apply_own_events(
         self, staged: list[tuple[_Append, EventPayload, bytes]], start: int

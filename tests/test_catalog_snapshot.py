@@ -155,5 +155,7 @@ def test_a_writer_follows_a_catalog_that_another_process_set_aside(tmp_path: Pat
         writer.save(Checkpoint.empty("s2", owner_id="o"))
         writer.save(Checkpoint.empty("s3", owner_id="o"))
         assert sorted(sid for sid, _ in _listing(root)) == ["s1", "s2", "s3"]
+        # and it locks the new catalog's LOCK, which other writers use, not the old one
+        assert writer.catalog.flock.is_at_path()
     finally:
         writer.close()

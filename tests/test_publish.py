@@ -12,6 +12,7 @@ reported as damage, and the same id must be creatable again.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import threading
@@ -840,5 +841,32 @@ def test_deleting_a_parent_takes_a_damaged_child_the_catalog_does_not_list(
         assert store.delete_sessions(["parent"]) is True
         assert not os.path.exists(kid_dir)
         assert store.load("parent") is None
+    finally:
+        store.close()
+
+
+def test_a_name_taken_then_freed_while_publishing_is_looked_up_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rename that publishes a new session fails because another process created
+    the id first, and that session is deleted again before anyone looks: the save
+    must look the id up again (and create it), not fail (found by the tree stress
+    test under load)."""
+    store = journal.open(tmp_path / "s")
+    real = fsio.ops.rename
+    refused: list[str] = []
+
+    def rename(src: str, dst: str) -> None:
+        if not refused and f"{os.sep}sessions{os.sep}" in dst:
+            refused.append(dst)
+            raise OSError(errno.ENOTEMPTY, "Directory not empty (injected)", dst)
+        real(src, dst)
+
+    monkeypatch.setattr(fsio.ops, "rename", rename)
+    try:
+        store.save(Checkpoint.empty("x"))
+        assert refused
+        loaded = store.load("x")
+        assert loaded is not None and loaded.sequence == 0
     finally:
         store.close()

@@ -521,3 +521,50 @@ def test_no_segment_is_stat_on_the_commit_and_read_paths(
         assert segments == [], segments[:5]
     finally:
         store.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names descriptors through /proc")
+def test_no_file_is_stat_then_written_on_the_save_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stat of any file followed by a write to it before a save's fdatasync made
+    that fdatasync about 45 us slower (Linux 6.13+): the catalog's segment, written
+    by every save, must not be stat'ed either."""
+    store = journal.open(tmp_path / "s")
+    try:
+        cp = Checkpoint.empty("a")
+        store.save(cp)
+        for n in range(1, 4):
+            cp.sequence = n
+            store.save(cp)  # settle
+        stat_of: set[str] = set()
+        real_fstat, real_stat = os.fstat, os.stat
+        written: set[str] = set()
+        real_pwrite = os.pwrite
+
+        def name(fd: int) -> str:
+            return os.readlink(f"/proc/self/fd/{fd}")
+
+        def fstat(fd: int) -> os.stat_result:
+            stat_of.add(name(fd))
+            return real_fstat(fd)
+
+        def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+            stat_of.add(os.path.realpath(os.fspath(path)))
+            return real_stat(path, *args, **kwargs)
+
+        def pwrite(fd: int, data: Any, offset: int) -> int:
+            written.add(name(fd))
+            return real_pwrite(fd, data, offset)
+
+        monkeypatch.setattr(os, "fstat", fstat)
+        monkeypatch.setattr(os, "stat", stat)
+        monkeypatch.setattr(os, "pwrite", pwrite)
+        for n in range(4, 12):
+            cp.sequence = n
+            store.save(cp)
+        monkeypatch.undo()
+        hot = {p for p in stat_of & written if not p.endswith("LOCK")}
+        assert hot == set(), hot
+    finally:
+        store.close()
