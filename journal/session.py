@@ -388,13 +388,16 @@ class Session:
     def fill_spare(directory: str, identity: SessionIdentity) -> None:
         """Make a directory from `build_spare` the private build of this session."""
         path = os.path.join(directory, IDENTITY_FILE)
-        if not os.path.isfile(os.path.join(directory, LOG_DIR, segment_name(0))):
+        # `access` and `lseek`, not stats: a stat of a file about to be written makes
+        # its fdatasync slower (see `Log.writer_at`); the segment's first commit and
+        # this identity are both synced on the way to publishing the session.
+        if not os.access(os.path.join(directory, LOG_DIR, segment_name(0)), os.F_OK):
             raise StorageError(f"spare session directory {directory} lacks its log")
         # Written in place into the empty file `_lay_out` made (no O_TRUNC: truncating
         # even an empty file cost more than the write here).
         fd = os.open(path, os.O_WRONLY)
         try:
-            if os.fstat(fd).st_size:
+            if os.lseek(fd, 0, os.SEEK_END):
                 raise StorageError(f"spare session directory {directory} has an identity already")
             fsio.pwrite(fd, encode_meta(KIND_IDENTITY, _encode(identity)), 0, path)
         finally:
