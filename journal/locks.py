@@ -60,6 +60,21 @@ def _holder_prefix() -> str:
     return prefix
 
 
+# Bumped in a forked child: a lock object it inherited shares its descriptor's open
+# file with the parent, and flock does not exclude the two; nor may the child take
+# the parent's holder line (same token) for its own. Such an object drops both.
+_generation = 0
+
+
+def _after_fork_in_child() -> None:
+    global _generation
+    _generation += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class FileLock:
     """An exclusive lock on `path`, re-entrant only through the caller's own lock."""
 
@@ -70,12 +85,15 @@ class FileLock:
         self._line = b""  # the holder line this object wrote last, and when
         self._line_at = 0.0
         self._token = os.urandom(6).hex()
+        self._generation = _generation
         # Successful locks through this object (acquire and try_acquire): a caller
         # that remembers the count at its release knows whether this object was
         # locked by someone else in this process meanwhile (the line cannot tell).
         self.acquisitions = 0
 
     def _open(self) -> int:
+        if self._generation != _generation:
+            self._forget_inherited()
         if self._fd is None:
             try:
                 self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -83,12 +101,24 @@ class FileLock:
                 raise StorageError(f"cannot open lock file {self.path}: {exc.strerror}") from exc
         return self._fd
 
+    def _forget_inherited(self) -> None:
+        """In a forked child: a descriptor and token of our own (the parent's lock, if it
+        holds one, stays the parent's: closing our copy of the descriptor keeps it)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._line, self._token = b"", os.urandom(6).hex()
+        self._generation = _generation
+        self.acquisitions += 1  # nothing remembered about the parent's locks holds here
+
     def acquire(self, timeout: float) -> bool:
         """Take the lock, waiting up to `timeout` seconds (`LockTimeoutError` names
         the holder). Returns whether the lock file still held this object's own
         holder line: if so, no other `FileLock`, in any process, took the lock
         since this one last did (every `acquire` writes its own line first)."""
-        fd = self._fd if self._fd is not None else self._open()
+        fd = self._fd
+        if fd is None or self._generation != _generation:
+            fd = self._open()
         if not self._try_lock(fd):
             self._wait_for_lock(fd, timeout)
         self.acquisitions += 1
@@ -135,7 +165,7 @@ class FileLock:
         """Is this object's holder line still on file? (one pread, no lock taken): if
         so, no other `FileLock` took the lock since this one last wrote it."""
         line, fd = self._line, self._fd
-        if not line or fd is None:
+        if not line or fd is None or self._generation != _generation:
             return False
         try:
             return os.pread(fd, len(line), 0) == line

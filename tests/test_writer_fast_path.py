@@ -568,3 +568,33 @@ def test_no_file_is_stat_then_written_on_the_save_path(
         assert hot == set(), hot
     finally:
         store.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_lock_inherited_through_fork_is_the_childs_own(tmp_path: Path) -> None:
+    """A forked child's copy of a lock object shares the parent's open file, which
+    flock does not tell apart, and the parent's token: it takes a descriptor and a
+    token of its own, so parent and child exclude each other and neither takes the
+    other's holder line for its own."""
+    path = str(tmp_path / "LOCK")
+    lock = FileLock(path, "test")
+    assert lock.acquire(1) is False
+    lock.release()
+    assert lock.acquire(1) is True  # the parent's own line, quiet
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child, while the parent holds the lock
+        os.close(read)
+        try:
+            got = lock.try_acquire()
+            quiet = lock.line_is_ours()
+            os.write(write, f"{int(got)}{int(quiet)}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 2)
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert answer == b"00"  # the parent's lock excluded the child; its line is not the child's
+    lock.release()
+    lock.close()
