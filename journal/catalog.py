@@ -121,17 +121,26 @@ class Catalog:
         if self.fresh and not read_only:
             os.makedirs(self.dir, exist_ok=True)
             Log.create(log_dir, KIND_CATALOG)
+        self._segment_bytes, self._read_cache = segment_bytes, read_cache
         self.log: Log | None = None
         if not self.fresh or not read_only:
-            self.log = Log(
-                log_dir,
-                KIND_CATALOG,
-                segment_bytes=segment_bytes,
-                label="catalog",
-                cache=read_cache,
-            )
+            self.log = self._open_log()
         self.flock = FileLock(os.path.join(self.dir, "LOCK"), "the catalog")
         self._lock = threading.RLock()
+        self._reset()
+        self._load_snapshot()
+
+    def _open_log(self) -> Log:
+        return Log(
+            os.path.join(self.dir, "log"),
+            KIND_CATALOG,
+            segment_bytes=self._segment_bytes,
+            label="catalog",
+            cache=self._read_cache,
+        )
+
+    def _reset(self) -> None:
+        """Forget everything read from the log (opening, or following a new catalog)."""
         self.covered = 0
         self.summaries: dict[str, SessionSummary] = {}
         self.children: dict[str, set[str]] = {}  # parent id -> listed sessions forked from it
@@ -150,7 +159,6 @@ class Catalog:
         self._quiet_mark = -1  # flock acquisitions at our last complete append
         self._snapshot_covered = 0
         self._snapshot_size = 0
-        self._load_snapshot()
 
     # --------------------------------------------------------------- snapshot
     def _load_snapshot(self) -> None:
@@ -399,10 +407,13 @@ class Catalog:
                 if moved:
                     # Another process set a damaged catalog aside (a rename that takes no
                     # lock) and built a new one: lock the new catalog's file, not the old
-                    # (that excluded nobody), and read the new log before writing.
+                    # (that excluded nobody), and read the new log from its start, with
+                    # nothing kept of the old one (its positions mean nothing in the new
+                    # log: found by review), before writing.
                     self.flock.release()
                     self.flock.close()
                     self.flock.acquire(self.lock_timeout)
+                    self._follow_new_catalog()
                 # Fast path, as for sessions: our writer is where we last wrote and nobody
                 # appended since. Nobody appended if nobody else held the lock since our
                 # last append (our holder line, and no other lock here through this
@@ -431,6 +442,16 @@ class Catalog:
                     self._write_snapshot()
             finally:
                 self.flock.release()
+
+    def _follow_new_catalog(self) -> None:
+        """Replace what this object holds by the catalog now at our path (lock held)."""
+        old = self.log
+        self.log = self._open_log()
+        if old is not None:
+            with contextlib.suppress(JournalError, OSError):
+                old.close()
+        self._reset()
+        self._load_snapshot()
 
     def _prepare_write(self) -> None:
         """Read what others appended, cut a dead writer's torn tail, open our writer."""
@@ -510,7 +531,8 @@ class ProcessRegistry:
     def __init__(self, root: str):
         self.dir = os.path.join(root, PROCS_DIR)
         os.makedirs(self.dir, exist_ok=True)
-        self.path = os.path.join(self.dir, f"{os.getpid()}-{uuid.uuid4().hex[:12]}")
+        self._pid = os.getpid()
+        self.path = os.path.join(self.dir, f"{self._pid}-{uuid.uuid4().hex[:12]}")
         self._lock = FileLock(self.path, "process registration")
         self._fd: int | None = None
         self._noted: set[str] = set()
@@ -619,7 +641,9 @@ class ProcessRegistry:
             self._fd = None
         # A clean exit leaves nothing to reconcile: remove the file while still
         # holding its lock, so no probe takes it for a dead process's meanwhile.
-        if registered and not keep:
+        # Not from a forked child closing a store it inherited: the registration
+        # is the parent's (found by review).
+        if registered and not keep and os.getpid() == self._pid:
             with contextlib.suppress(OSError):
                 os.unlink(self.path)
         self._lock.close()

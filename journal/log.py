@@ -19,6 +19,7 @@ fdatasync.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import struct
@@ -931,11 +932,20 @@ class Log:
             w.synced_end = w.data_end
         base = w.data_end
         path = os.path.join(self.dir, segment_name(base))
-        _create_segment_file(path, self.kind, base)
-        fsio.sync_dir(self.dir)
-        os.close(w.fd)
+        # From here on the old writer is done: a failure below must leave no writer
+        # (the next commit then recovers), not one whose descriptor is closed, whose
+        # number the process may reuse for another file (found by review).
+        self._writer = None
+        try:
+            _create_segment_file(path, self.kind, base)
+            fsio.sync_dir(self.dir)
+        finally:
+            os.close(w.fd)
         self.list_segments()
-        fd = os.open(path, os.O_RDWR)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError as exc:
+            raise StorageError(f"cannot open {path} for writing: {exc.strerror}") from exc
         self._writer = _Writer(
             fd=fd, seg=self.segments[-1], data_end=base, alloc_end=base, synced_end=base
         )
@@ -989,6 +999,13 @@ def _create_segment_file(
         fsio.pwrite(fd, encode_segment_header(kind, base), 0, path)
         if durable:
             fsio.sync_file(fd, path)
+    except BaseException:
+        # Not left behind half made (a new segment without its header): the next
+        # roll creates it again instead of failing on its name (found by review).
+        if not replace:
+            with contextlib.suppress(StorageError):
+                fsio.unlink(path)
+        raise
     finally:
         os.close(fd)
 

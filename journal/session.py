@@ -81,6 +81,7 @@ from .types import (
     TimestampedEvent,
     TranscriptBatch,
 )
+from .validate import check_json_value
 
 IDENTITY_FILE = "SESSION"
 LOCK_FILE = "LOCK"
@@ -759,6 +760,9 @@ class Session:
         self._acquire_writer()
         try:
             yield
+        except BaseException:
+            self._writer_ready = False  # not quiet next time: see `_release_writer`
+            raise
         finally:
             self._release_writer()
 
@@ -804,7 +808,10 @@ class Session:
             return
         # What the next `_acquire_writer` may take for quiet: no lock through our
         # FileLock in between (a delete in this process locks it too, and so does a
-        # reader classifying the tail), and our own holder line still on file.
+        # reader classifying the tail), and our own holder line still on file. Only
+        # after a section that ended well: a failed write or roll may have left the
+        # log other than our bookkeeping says, which the checks and a scan then see
+        # (found by review: a failed roll left a closed descriptor trusted).
         self._quiet_mark = self.flock.acquisitions if self._writer_ready else -1
         self._release_locks()
 
@@ -1025,8 +1032,15 @@ class Session:
         now: int,
         on_commit: Callable[[], None] | None = None,
         fork: bool = False,
+        checked_from: int = 0,
     ) -> list[JournalEvent]:
         """The body of `save_with_events` (validated input).
+
+        `checked_from`: the store checked the context as JSON from this index on only
+        (the stored prefix, as it saw it before taking the lock); whatever turns out
+        to be new before it is checked here, under the lock, before anything is
+        written (the session may have been deleted and created again, or given a
+        shorter context of the same epoch, meanwhile: found by review).
 
         `on_commit` runs right after the commit, still under the session's write
         lock: the catalog upsert goes there, so that it cannot land after the
@@ -1056,6 +1070,8 @@ class Session:
                     checkpoint.context_epoch,
                     joined=self._joined_context() if stored is not None else None,
                 )
+            for index in range(base, min(checked_from, len(checkpoint.context))):
+                check_json_value(checkpoint.context[index], f"checkpoint.context[{index}]")
             seq = checkpoint.sequence
             receipts = []
             seen = set()
@@ -1229,6 +1245,9 @@ class Session:
                     self._last_batch = len(batch)
                     self._commit_appends(batch)
                     self.after_commit()
+                except BaseException:
+                    self._writer_ready = False  # not quiet next time: see `_release_writer`
+                    raise
                 finally:
                     self._release_writer()
             finally:
@@ -1291,6 +1310,11 @@ class Session:
                     eventrules.undo(rules, changes, mark)
                     req.error = exc
                     continue
+                except BaseException:
+                    # interrupted (a signal handler raising): nothing was written, so
+                    # nothing planned may stay (found by review)
+                    eventrules.undo(rules, changes)
+                    raise
                 staged.append((req, payload, data))
                 seq += 1
             if not staged:

@@ -532,7 +532,7 @@ class Store:
         for _ in range(8):
             if sess is not None:
                 try:
-                    return self._save_existing(sess, cp, items, rec, evs, now)
+                    return self._save_existing(sess, cp, items, rec, evs, now, start)
                 except SessionGone:
                     # Deleted (or deleted and created again) since it was looked up,
                     # found under its lock before anything was written: look again,
@@ -542,6 +542,11 @@ class Store:
             if self._wait_for_delete(cp.session_id):
                 sess = self._session(cp.session_id)
                 continue
+            if start:
+                # The prefix taken for stored was checked against a session that is
+                # gone now: this one starts empty, so all of it is new (found by review).
+                validate.validate_checkpoint(cp)
+                start = 0
             journal = self._first_save(cp, items, rec, evs, now)
             if journal is None:  # another thread or process created the session first
                 sess = self._session(cp.session_id)
@@ -557,6 +562,7 @@ class Store:
         rec: ExecutionRecord | None,
         evs: list[TimestampedEvent],
         now: int,
+        checked_from: int,
     ) -> list[JournalEvent]:
         # The catalog upsert runs under the session's write lock, right after the
         # commit: a delete takes that lock before its intent and appends its catalog
@@ -569,6 +575,7 @@ class Store:
             evs,
             now=now,
             on_commit=lambda: self._catalog_upsert(sess, cp.sequence, rec),
+            checked_from=checked_from,
         )
 
     def _wait_for_delete(self, session_id: str) -> bool:
