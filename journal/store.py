@@ -502,7 +502,9 @@ class Store:
         """One commit: checkpoint + transcript delta + execution record + receipts + events.
 
         Returns the events with their store-assigned sequences, only after the
-        commit is durable (in "fsync" mode).
+        commit is durable (in "fsync" mode). A save to an id with no session
+        creates one, as in mobius; that includes a session deleted while this
+        call waited for its lock (the save then comes after the delete).
         """
         self._writable("save_with_events")
         cp: Checkpoint = _coerce(checkpoint, Checkpoint, "checkpoint")
