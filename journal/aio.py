@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from .store import Store
+from .store import SessionReader, Store
 from .types import (
     Checkpoint,
     Event,
@@ -90,6 +90,11 @@ class AsyncStore:
     ) -> list[JournalEvent]:
         return await asyncio.to_thread(self.sync.events_after, session_id, after_sequence, limit)
 
+    async def reader(self, session_id: str) -> AsyncSessionReader:
+        """`Store.reader` (reads of one session checked once): `async with await
+        store.reader(session_id) as r: ...`."""
+        return AsyncSessionReader(await asyncio.to_thread(self.sync.reader, session_id))
+
     async def load_state(self, scope: str, key: str) -> Any:
         return await asyncio.to_thread(self.sync.load_state, scope, key)
 
@@ -148,6 +153,35 @@ class AsyncStore:
         await asyncio.to_thread(self.sync.close)
 
     async def __aenter__(self) -> AsyncStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncSessionReader:
+    """`SessionReader` with coroutine methods (each read runs in a worker thread)."""
+
+    def __init__(self, reader: SessionReader):
+        self.sync = reader
+        self.session_id = reader.session_id
+
+    async def event_page(self, request: EventPageRequest) -> EventPage:
+        return await asyncio.to_thread(self.sync.event_page, request)
+
+    async def events_after(self, after_sequence: int, limit: int) -> list[JournalEvent]:
+        return await asyncio.to_thread(self.sync.events_after, after_sequence, limit)
+
+    async def load(self) -> Checkpoint | None:
+        return await asyncio.to_thread(self.sync.load)
+
+    async def checkpoint_at(self, sequence: int) -> Checkpoint | None:
+        return await asyncio.to_thread(self.sync.checkpoint_at, sequence)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.sync.close)
+
+    async def __aenter__(self) -> AsyncSessionReader:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -1480,6 +1480,39 @@ class Store:
             # (about a second in the tree stress test).
             self.tree.empty_trash_soon()
 
+    # ------------------------------------------------------------------ reader
+    @_guard
+    def reader(self, session_id: str) -> SessionReader:
+        """A view of one session for a series of reads that checks the session once.
+
+        Each read of the store checks the session (still there, not being deleted)
+        and looks for commits other processes made since (a few `stat`s and a
+        `pread`). A reader does that once, when it is made, and its reads
+        (`event_page`, `events_after`, `load`, `checkpoint_at`, same arguments
+        and answers as the store's, without the session id) then answer from
+        what the session held then: commits other processes make meanwhile are
+        not seen (this process's are), as if every read came right at the
+        reader's making. A session deleted meanwhile (its files moved away or
+        not) is read as it was. Raises `NotFoundError` if the session does not
+        exist. Close it (or use `with`): it keeps the session's files open.
+        """
+        validate.validate_session_id(session_id)
+        try:
+            sess = self._cached_session(session_id)
+            if sess is None or not sess.quiet_for_reads():
+                sess = self._session(session_id)
+                if sess is not None:
+                    sess.refresh()
+        except (JournalError, OSError):
+            if not self._vanished(session_id):
+                raise
+            sess = None
+        if sess is None or not sess.exists:
+            raise NotFoundError(f"session does not exist: {session_id!r}")
+        with self._lock:
+            sess.users += 1  # the reader's own pin (the call's goes when it returns)
+        return SessionReader(self, session_id, sess)
+
     # --------------------------------------------------------------- lifecycle
     @_guard
     def flush(self) -> None:
@@ -1658,3 +1691,76 @@ def _rename_unless_taken(src: str, dst: str) -> bool:
 
 def open_store(root: str | os.PathLike[str], **options: Any) -> Store:
     return Store(root, **options)
+
+
+class SessionReader:
+    """Reads of one session, checked once when made (`Store.reader`).
+
+    Usable from any thread; `close()` (or leaving a `with` block) releases the
+    session; reading after that raises `InvalidInputError`.
+    """
+
+    def __init__(self, store: Store, session_id: str, sess: Session):
+        self.store = store
+        self.session_id = session_id
+        self._sess: Session | None = sess
+
+    def _read(self, fn: Callable[[Session], T], absent: Callable[[], T]) -> T:
+        """`Store._read` without its checks: `absent()` answers if the session vanished
+        and the read failed (a delete in another process moved its files away)."""
+        sess = self._sess
+        if sess is None:
+            raise InvalidInputError(f"reader of session {self.session_id!r} is closed")
+        if self.store._closed:
+            raise JournalError("store is closed")
+        try:
+            return fn(sess)
+        except (JournalError, OSError):
+            if not self.store._vanished(self.session_id):
+                raise
+        return absent()
+
+    def _missing(self) -> Any:
+        raise NotFoundError(f"event journal session does not exist: {self.session_id!r}")
+
+    @_guard
+    def event_page(self, request: EventPageRequest) -> EventPage:
+        """`Store.event_page` of this session."""
+        req = _page_request(self.session_id, request, EventPageRequest, "event journal page")
+
+        def page(sess: Session) -> EventPage:
+            latest, events, nxt = sess.event_page(req.before_sequence, req.limit)
+            return EventPage(latest_sequence=latest, events=events, next_before_sequence=nxt)
+
+        result: EventPage = self._read(page, self._missing)
+        return result
+
+    @_guard
+    def events_after(self, after_sequence: int, limit: int) -> list[JournalEvent]:
+        """`Store.events_after` of this session."""
+        validate.validate_sequence(after_sequence, "after_sequence")
+        validate.validate_limit(limit, "event journal catch-up")
+        return self._read(lambda sess: sess.events_after(after_sequence, limit), list)
+
+    @_guard
+    def load(self) -> Checkpoint | None:
+        """`Store.load` of this session."""
+        return self._read(lambda sess: sess.load(), lambda: None)
+
+    @_guard
+    def checkpoint_at(self, sequence: int) -> Checkpoint | None:
+        """`Store.checkpoint_at` of this session."""
+        validate.validate_sequence(sequence, "checkpoint sequence")
+        return self._read(lambda sess: sess.checkpoint_at(sequence), lambda: None)
+
+    def close(self) -> None:
+        """Release the session (idempotent)."""
+        sess, self._sess = self._sess, None
+        if sess is not None:
+            self.store._unpin([sess])
+
+    def __enter__(self) -> SessionReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

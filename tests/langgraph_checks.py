@@ -30,14 +30,14 @@ def same(a: CheckpointTuple | None, b: CheckpointTuple | None) -> None:
 
 
 class Reads:
-    """Counts the saver's journal reads of events (calls, events read)."""
+    """Counts the saver's journal reads of events (calls, events read), made through
+    the store or through a `Store.reader` (the saver's `_event_page`, `_events_after`)."""
 
     def __init__(self, saver: JournalSaver) -> None:
         self.n = 0
         self.calls = 0
-        store = saver.store
-        for name in ("event_page", "events_after"):
-            orig = getattr(store, name)
+        for name in ("_event_page", "_events_after"):
+            orig = getattr(saver, name)
 
             def counted(*a: Any, _orig: Any = orig, **k: Any) -> Any:
                 out = _orig(*a, **k)
@@ -45,7 +45,7 @@ class Reads:
                 self.n += len(out if isinstance(out, list) else out.events)
                 return out
 
-            setattr(store, name, counted)
+            setattr(saver, name, counted)
 
 
 def slow_saver(root: Path) -> JournalSaver:

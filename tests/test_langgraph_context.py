@@ -43,20 +43,20 @@ def put_all(savers: list[Any], thread: str, lists: list[list[Any]]) -> list[str]
 
 
 class Calls:
-    """Counts the saver's `load` and `checkpoint_at` calls on its store."""
+    """Counts the saver's `load` and `checkpoint_at` reads (through its store or a
+    `Store.reader`: the saver's `_load_cp` and `_checkpoint_at`)."""
 
     def __init__(self, saver: JournalSaver) -> None:
         self.load = 0
         self.checkpoint_at = 0
-        store = saver.store
-        for name in ("load", "checkpoint_at"):
-            orig = getattr(store, name)
+        for name, attr in (("load", "_load_cp"), ("checkpoint_at", "_checkpoint_at")):
+            orig = getattr(saver, attr)
 
             def counted(*a: Any, _orig: Any = orig, _name: str = name, **k: Any) -> Any:
                 setattr(self, _name, getattr(self, _name) + 1)
                 return _orig(*a, **k)
 
-            setattr(store, name, counted)
+            setattr(saver, attr, counted)
 
 
 def compare(root: Path, ref: InMemorySaver, anchor: str, limit: int) -> Calls:

@@ -85,11 +85,12 @@ from journal.errors import (
     NotFoundError,
 )
 from journal.session import Session as _CoreSession
-from journal.store import Durability, Store
+from journal.store import Durability, SessionReader, Store
 from journal.types import (
     CHECKPOINT_VERSION,
     Checkpoint,
     Event,
+    EventPage,
     EventPageRequest,
     JournalEvent,
     SessionContext,
@@ -249,6 +250,9 @@ def _clone(value: Any) -> Any:
 
 _mp_encode = msgspec.msgpack.Encoder().encode
 _mp_decode = msgspec.msgpack.Decoder().decode
+_raw_list_decode = msgspec.msgpack.Decoder(list[msgspec.Raw]).decode
+# First bytes of a msgpack array: fixarray (0x90-0x9f), array 16, array 32.
+_MSGPACK_ARRAY_STARTS = frozenset(bytes([b]) for b in (*range(0x90, 0xA0), 0xDC, 0xDD))
 _I64_MIN = -(1 << 63)
 _U64_MAX = (1 << 64) - 1
 _EXACT_DEPTH = 32
@@ -287,37 +291,81 @@ def _exact_bytes(raw: bytes) -> bytes:
     return bytes(memoryview(raw))
 
 
-def _message_from(
-    t: type[Any], attrs: bytes, extra: bytes | None, fields: frozenset[str]
-) -> Any:
-    """A new message of type `t` from the msgpack of its attributes (as `_clone` builds one)."""
-    new = object.__new__(t)
-    _set_attr(new, "__dict__", _mp_decode(attrs))
-    _set_attr(new, "__pydantic_extra__", None if extra is None else _mp_decode(extra))
-    _set_attr(new, "__pydantic_fields_set__", set(fields))
-    _set_attr(new, "__pydantic_private__", None)
-    return new
+class _MessageCopier:
+    """Makes new copies of one message (as `_clone` builds one, faster); see `_copier`.
+
+    `template`: a private decode of the message's attributes, shared with no one.
+    A copy is a shallow copy of it in which every container is made anew: an
+    empty one as a new empty one, any other one decoded from its msgpack (`plan`).
+    Everything else is an immutable scalar (`_exact`), which copies may share.
+    """
+
+    __slots__ = ("extra", "fields", "plan", "template", "type")
+
+    def __init__(
+        self, t: type[Any], template: dict[str, Any], extra: bytes | None, fields: frozenset[str]
+    ) -> None:
+        self.type = t
+        self.template = template
+        self.extra = extra
+        self.fields = fields
+        plan: list[tuple[str, type[Any] | None, bytes]] = []
+        for key, value in template.items():
+            kind = type(value)
+            if kind in _SCALARS:
+                continue
+            if not value:  # an empty dict or list
+                plan.append((key, kind, b""))
+            else:
+                plan.append((key, None, _exact_bytes(_mp_encode(value))))
+        self.plan = tuple(plan)
+
+    def __call__(self) -> Any:
+        return _message_copies([self])[0]
+
+
+def _message_copies(
+    copiers: list[_MessageCopier],
+    new: Callable[[type[Any]], Any] = object.__new__,
+    set_attr: Callable[[Any, str, Any], None] = _set_attr,
+    decode: Callable[[bytes], Any] = _mp_decode,
+) -> list[Any]:
+    """A new copy of each copier's message, built as pydantic's `__copy__` builds one."""
+    out: list[Any] = []
+    for c in copiers:
+        values = c.template.copy()
+        for key, empty, raw in c.plan:
+            values[key] = decode(raw) if empty is None else empty()
+        obj = new(c.type)
+        set_attr(obj, "__dict__", values)
+        extra = c.extra
+        set_attr(obj, "__pydantic_extra__", None if extra is None else decode(extra))
+        set_attr(obj, "__pydantic_fields_set__", set(c.fields))
+        set_attr(obj, "__pydantic_private__", None)
+        out.append(obj)
+    return out
 
 
 def _copier(value: Any) -> Callable[[], Any]:
     """A function that returns a new copy of a decoded list item at each call: equal
     to a fresh decode, sharing no mutable part with `value` or with other copies.
 
-    A message whose fields hold only msgpack values (`_exact`) is rebuilt from the
-    msgpack of its fields (one C decode: about half what `_clone` costs); anything
-    else `_clone` can copy is copied from a template. Raises `_NoClone` otherwise.
+    A message whose fields hold only msgpack values (`_exact`) is copied by a
+    `_MessageCopier` (a shallow copy with its containers made anew: a fraction of
+    what `_clone` costs); anything else `_clone` can copy is copied from a
+    template. Raises `_NoClone` otherwise.
     """
     if isinstance(value, BaseMessage) and not value.__pydantic_private__:
         extra = value.__pydantic_extra__
         if _exact(value.__dict__) and (extra is None or _exact(extra)):
             try:
-                attrs = _exact_bytes(_mp_encode(value.__dict__))
+                template = _mp_decode(_mp_encode(value.__dict__))  # equal (`_exact`), private
                 extra_raw = None if extra is None else _exact_bytes(_mp_encode(extra))
             except (msgspec.EncodeError, UnicodeEncodeError, OverflowError):
                 pass  # e.g. a string with a lone surrogate: copied by `_clone`
             else:
                 fields = frozenset(value.__pydantic_fields_set__)
-                return functools.partial(_message_from, type(value), attrs, extra_raw, fields)
+                return _MessageCopier(type(value), template, extra_raw, fields)
     return functools.partial(_clone, _clone(value))
 
 
@@ -658,6 +706,12 @@ class JournalSaver(BaseCheckpointSaver[str]):
         self._raw_memo: dict[int, tuple[Any, bytes]] = {}
         self._obj_memo: dict[int, tuple[Any, Callable[[], Any]]] = {}  # `_load_list_fast`
         self._obj_memo_bytes = 0  # msgpack bytes of the items `_obj_memo` holds
+        # The same copiers by the items' msgpack bytes, for values stored elsewhere
+        # that hold the same items (`_load_write`); cleared with `_obj_memo`.
+        self._bytes_memo: dict[bytes, Callable[[], Any]] = {}
+        # Sessions whose store reads go through one `Store.reader` (`_reading`):
+        # its reader, made at the block's first read (None: not made yet).
+        self._readers: dict[str, SessionReader | None] = {}
 
     # ------------------------------------------------------------- lifecycle
     def close(self) -> None:
@@ -711,6 +765,79 @@ class JournalSaver(BaseCheckpointSaver[str]):
             if lock is None:
                 lock = self._session_locks[sid] = threading.RLock()
             return lock
+
+    # ------------------------------------------------------------- store reads
+    @contextlib.contextmanager
+    def _reading(self, sid: str) -> Iterator[None]:
+        """The store reads of `sid` in this block share one `Store.reader`, which
+        checks the session once instead of at every read (a cold `list` makes
+        about ten). Call with the session lock held: only its holder reads `sid`
+        through `_readers`.
+
+        The reader is made at the block's first read, not here: `_index` reads the
+        session's incarnation (`_ident`) before its first read, and a reader made
+        before that could hold an older incarnation than the one the index is
+        then labelled with (`_renew_reader` drops it when `_index` starts over).
+        Reads through it see the session as it was when it was made, as if they
+        all came at that moment (what the saver's reads already allow: each one
+        caught up with what came before).
+        """
+        if sid in self._readers:  # nested: the outer block's reader
+            yield
+            return
+        self._readers[sid] = None
+        try:
+            yield
+        finally:
+            reader = self._readers.pop(sid, None)
+            if reader is not None:
+                reader.close()
+
+    def _reader(self, sid: str) -> SessionReader | None:
+        """The reader of a `_reading` block for `sid` (None outside one: read the
+        store). Raises `NotFoundError` if the session does not exist."""
+        if sid not in self._readers:
+            return None
+        reader = self._readers[sid]
+        if reader is None:
+            reader = self._readers[sid] = self.store.reader(sid)
+        return reader
+
+    def _renew_reader(self, sid: str) -> None:
+        """Drop the block's reader: the next read makes a new one (see `_reading`)."""
+        reader = self._readers.get(sid)
+        if reader is not None:
+            self._readers[sid] = None
+            reader.close()
+
+    def _event_page(self, sid: str, request: EventPageRequest) -> EventPage:
+        reader = self._reader(sid)
+        if reader is None:
+            return self.store.event_page(sid, request)
+        return reader.event_page(request)
+
+    def _events_after(self, sid: str, after: int, limit: int) -> list[JournalEvent]:
+        try:
+            reader = self._reader(sid)
+        except NotFoundError:
+            return []  # what `Store.events_after` answers for a missing session
+        if reader is None:
+            return self.store.events_after(sid, after, limit)
+        return reader.events_after(after, limit)
+
+    def _load_cp(self, sid: str) -> Checkpoint | None:
+        try:
+            reader = self._reader(sid)
+        except NotFoundError:
+            return None
+        return self.store.load(sid) if reader is None else reader.load()
+
+    def _checkpoint_at(self, sid: str, seq: int) -> Checkpoint | None:
+        try:
+            reader = self._reader(sid)
+        except NotFoundError:
+            return None
+        return self.store.checkpoint_at(sid, seq) if reader is None else reader.checkpoint_at(seq)
 
     # ------------------------------------------------------------- serde
     def _dump(self, value: Any) -> list[str]:
@@ -770,13 +897,23 @@ class JournalSaver(BaseCheckpointSaver[str]):
         out: list[Any] = [None] * len(items)
         miss_at: list[int] = []
         miss: list[Any] = []
+        copy_at: list[int] = []
+        copiers: list[_MessageCopier] = []  # copied together (`_message_copies`)
         for i, item in enumerate(items):
             hit = memo.get(id(item))
             if hit is not None and hit[0] is item:
-                out[i] = hit[1]()
+                copier = hit[1]
+                if type(copier) is _MessageCopier:
+                    copy_at.append(i)
+                    copiers.append(copier)
+                else:
+                    out[i] = copier()
             else:
                 miss_at.append(i)
                 miss.append(item)
+        if copiers:
+            for i, value in zip(copy_at, _message_copies(copiers), strict=True):
+                out[i] = value
         if not miss:
             return out
         raws = self._msgpack_items(miss, where)
@@ -796,10 +933,51 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 continue
             if len(memo) >= _RAW_MEMO or self._obj_memo_bytes > _OBJ_MEMO_BYTES:
                 memo.clear()
+                self._bytes_memo.clear()
                 self._obj_memo_bytes = 0
             memo[id(item)] = (item, copy)  # holds the item: its id cannot be reused
+            self._bytes_memo[r] = copy
             self._obj_memo_bytes += len(r)
         return out
+
+    def _load_write(self, value: Any, where: str) -> Any:
+        """`_load` of a pending write's value, copying list items decoded before.
+
+        A step's write to the list channel (e.g. `[AIMessage]`) is stored as one
+        msgpack array of items that the next checkpoint's context stores one by
+        one, with the same bytes: when every element's bytes are those of an item
+        `_load_list_fast` decoded (`_bytes_memo`), the value is a list of copies of
+        them, equal to a fresh decode (which costs a validation per message).
+        """
+        if not (
+            self._bytes_memo
+            and type(value) is list
+            and len(value) == 2
+            and value[0] == "msgpack"
+            and type(value[1]) is str
+        ):
+            return self._load(value, where)
+        raw = _unb64(value[1], where)
+        copies = self._copies_of(raw)
+        return self.serde.loads_typed(("msgpack", raw)) if copies is None else copies
+
+    def _copies_of(self, raw: bytes) -> list[Any] | None:
+        """Copies of the items of a msgpack array whose every element is an item
+        decoded before (None: it is not)."""
+        if raw[:1] not in _MSGPACK_ARRAY_STARTS:
+            return None
+        try:
+            parts = _raw_list_decode(raw)
+        except msgspec.DecodeError:
+            return None
+        memo = self._bytes_memo
+        copiers = [memo.get(bytes(part)) for part in parts]
+        if not copiers or None in copiers:
+            return None
+        messages = [c for c in copiers if type(c) is _MessageCopier]
+        if len(messages) == len(copiers):
+            return _message_copies(messages)
+        return [c() for c in copiers if c is not None]
 
     def _dump_items(
         self, values: list[Any], cache: _SerCache | None
@@ -1000,8 +1178,9 @@ class JournalSaver(BaseCheckpointSaver[str]):
             return idx
         session_dir = idx.dir if idx is not None else self.store.session_dir(sid)
         ident = self._ident(session_dir)  # before the first read: an older one never matches
+        self._renew_reader(sid)  # (a reader made before it would be such a read)
         try:
-            newest = self.store.event_page(sid, EventPageRequest(limit=1))
+            newest = self._event_page(sid, EventPageRequest(limit=1))
         except NotFoundError:
             self._forget(sid)
             return None
@@ -1034,7 +1213,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         after = idx.high - 1 if verify and idx.high > 0 else idx.high
         first = verify
         while True:
-            events = self.store.events_after(idx.sid, after, _PAGE)
+            events = self._events_after(idx.sid, after, _PAGE)
             if first and idx.high > 0:
                 if not events or _mark(events[0]) != idx.high_mark:
                     return False
@@ -1063,9 +1242,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         if idx.complete:
             return False
         limit = _PAGE if until <= 0 else max(16, min(_PAGE, idx.low - until))
-        page = self.store.event_page(
-            idx.sid, EventPageRequest(before_sequence=idx.low, limit=limit)
-        )
+        page = self._event_page(idx.sid, EventPageRequest(before_sequence=idx.low, limit=limit))
         for ev in page.events:  # newest first
             if ev.sequence < idx.low:
                 self._apply(idx, ev, forward=False)
@@ -1131,7 +1308,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         )
 
     def _event_at(self, idx: _Index, seq: int) -> tuple[JournalEvent, _Fp]:
-        page = self.store.event_page(idx.sid, EventPageRequest(before_sequence=seq + 1, limit=1))
+        page = self._event_page(idx.sid, EventPageRequest(before_sequence=seq + 1, limit=1))
         if not page.events or page.events[0].sequence != seq:
             raise _NoFastPath
         ev = page.events[0]
@@ -1189,9 +1366,10 @@ class JournalSaver(BaseCheckpointSaver[str]):
         # Binary search; while LangGraph's uuid6 ids (time-ordered) let it, the
         # probe is guessed by interpolating the ids' timestamps between the two
         # puts seen that bracket the target most closely (else the last two seen;
-        # a guess that does not halve the range is followed by a plain halving
-        # step, so never more than about 2*log2(n) probes). The events of the late
-        # chain, already read, count as probes.
+        # after two guesses in a row that did not halve the range comes a plain
+        # halving step, so never more than about 3*log2(n) probes: one guess that
+        # lands just short of the target is usually followed by the answer). The
+        # events of the late chain, already read, count as probes.
         target = _id_time(checkpoint_id)
         pts: list[tuple[int, int]] = []  # (event sequence of a put, its id's time)
 
@@ -1219,10 +1397,10 @@ class JournalSaver(BaseCheckpointSaver[str]):
         for fp in idx.late_fps:
             if fp.clean and fp.current and (found := seen(fp.seq, fp)) is not None:
                 return found
-        guess_ok = True
+        misses = 0  # guesses in a row that did not halve the range
         while lo <= hi:
             mid = (lo + hi) // 2
-            if target is not None and guess_ok and len(pts) >= 2:
+            if target is not None and misses < 2 and len(pts) >= 2:
                 below = [p for p in pts if p[1] <= target]
                 above = [p for p in pts if p[1] > target]
                 if below and above:
@@ -1236,7 +1414,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             _, fp = self._event_at(idx, mid)
             if (found := seen(mid, fp)) is not None:
                 return found
-            guess_ok = hi - lo <= width // 2
+            misses = 0 if hi - lo <= width // 2 else misses + 1
         return ans
 
     def _island_put(self, idx: _Index, seq: int) -> _Put:
@@ -1279,7 +1457,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         while after < hi:
             events = [
                 ev
-                for ev in self.store.events_after(idx.sid, after, min(hi - after, _PAGE))
+                for ev in self._events_after(idx.sid, after, min(hi - after, _PAGE))
                 if ev.sequence <= hi
             ]
             if not events or (first and events[0].sequence != lo):
@@ -1306,9 +1484,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         while pos > 1:
             r = self._range_at(idx, pos - 1)
             if r is None:
-                page = self.store.event_page(
-                    idx.sid, EventPageRequest(before_sequence=pos, limit=size)
-                )
+                page = self._event_page(idx.sid, EventPageRequest(before_sequence=pos, limit=size))
                 size = min(size * 2, _PAGE)
                 events = [ev for ev in page.events if ev.sequence < pos]
                 if not events:
@@ -1354,9 +1530,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             after, end = at, idx.low - 1
             while after < end:
                 events = [
-                    ev
-                    for ev in self.store.events_after(idx.sid, after, 16)
-                    if ev.sequence < idx.low
+                    ev for ev in self._events_after(idx.sid, after, 16) if ev.sequence < idx.low
                 ]
                 if not events:
                     break
@@ -1404,9 +1578,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             if cid is not None:
                 return cid
             try:
-                page = self.store.event_page(
-                    idx.sid, EventPageRequest(before_sequence=seq + 1, limit=1)
-                )
+                page = self._event_page(idx.sid, EventPageRequest(before_sequence=seq + 1, limit=1))
             except JournalError:
                 return None
             if not page.events or page.events[0].sequence != seq:
@@ -1468,7 +1640,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
 
     def _head(self, idx: _Index) -> tuple[int, int, list[Any]]:
         if idx.head is None:
-            cp = self.store.load(idx.sid)
+            cp = self._load_cp(idx.sid)
             if cp is None:
                 raise NotFoundError(f"session {idx.sid!r} does not exist")
             self._check_ours(cp, idx.sid)
@@ -1676,7 +1848,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         values: dict[str, Any] = {
             k: self._load(v, f"{where} channel {k}") for k, v in channels.items()
         }
-        if put.ctx_channel is not None:
+        if put.ctx_channel is not None:  # before the writes: they may copy its items
             items = self._context_items(idx, put, context)
             values[put.ctx_channel] = self._load_list(items, f"{where} context")
         lg_cp: LGCheckpoint = {**header, "channel_values": values}  # type: ignore[typeddict-item]
@@ -1699,7 +1871,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         writes = idx.writes.get(put.id, {})
         ordered = sorted(writes.items(), key=lambda kv: writes_sort_key(kv[1].path, *kv[0]))
         pending: list[PendingWrite] = [
-            (w.task_id, w.channel, self._load(w.value, f"{where} write")) for _, w in ordered
+            (w.task_id, w.channel, self._load_write(w.value, f"{where} write")) for _, w in ordered
         ]
         md: CheckpointMetadata = dict(put.metadata)  # type: ignore[assignment]
         return CheckpointTuple(conf, lg_cp, md, parent_conf, pending)
@@ -1744,7 +1916,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         ):
             items = older[2][: put.ctx_len]
         else:
-            cp = self.store.checkpoint_at(idx.sid, put.seq)
+            cp = self._checkpoint_at(idx.sid, put.seq)
             if cp is None:
                 raise CorruptionError(
                     f"session {idx.sid!r}: checkpoint sequence {put.seq} of {put.id} is missing"
@@ -1770,7 +1942,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         thread_id, ns = self._target(config)
         sid = self.session_id(thread_id, ns)
         checkpoint_id = get_checkpoint_id(config)
-        with self._slock(sid):
+        with self._slock(sid), self._reading(sid):
             idx = self._index(sid, thread_id, ns)
             if idx is None:
                 return None
@@ -1872,7 +2044,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             if target is None:
                 return
             sid, thread_id, ns = target
-            with self._slock(sid):
+            with self._slock(sid), self._reading(sid):
                 idx = self._index(sid, thread_id, ns)
                 if idx is None:
                     continue
