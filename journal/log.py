@@ -175,6 +175,11 @@ class Log:
         self.label = label
         self.segments: list[Segment] = []
         self._fds: dict[str, int] = {}
+        # Files opened by path so far, and when each cached one was: a read that
+        # opened one after its session's checks may have opened another
+        # incarnation's file (`Store._read`, `forget_opened_since`).
+        self.opened = 0
+        self._opened_at: dict[str, int] = {}
         self._retired: list[int] = []  # replaced descriptors, closed with the log
         self._fd_lock = threading.Lock()
         self._writer: _Writer | None = None
@@ -213,6 +218,18 @@ class Log:
         self.durable_to = 0  # nor what was synced, perhaps
         if self._cache is not None:
             self._space = self._cache.new_space()
+
+    def forget_opened_since(self, opened: int) -> None:
+        """Stop using the files opened after `self.opened` was `opened` (and the
+        records read meanwhile): they may belong to another incarnation."""
+        with self._fd_lock:
+            for path, at in list(self._opened_at.items()):
+                if at >= opened:
+                    del self._opened_at[path]
+                    fd = self._fds.pop(path, None)
+                    if fd is not None:
+                        self._retired.append(fd)  # another thread may still read through it
+            self.forget_cached()
 
     # ----------------------------------------------------------------- layout
     @staticmethod
@@ -289,6 +306,8 @@ class Log:
                 except OSError as exc:
                     raise StorageError(f"cannot open {path}: {exc.strerror}") from exc
                 self._fds[path] = fd
+                self._opened_at[path] = self.opened
+                self.opened += 1
             return fd
 
     def _segment_for(self, pos: int) -> tuple[int, Segment]:
@@ -984,6 +1003,7 @@ class Log:
                 for fd in [*self._fds.values(), *self._retired]:
                     os.close(fd)
                 self._fds.clear()
+                self._opened_at.clear()
                 self._retired.clear()
 
 

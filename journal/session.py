@@ -633,12 +633,17 @@ class Session:
         for everything before and after the damage (and for other processes).
         """
         with self._state_lock:
+            # An index that looks wrong may be the next incarnation's (the session was
+            # deleted and created again by another process): rebuilding from its log
+            # and discarding its index files would destroy its caches (found by review).
+            self._check_still_published()
             self.log.forget_cached()  # an index pointed at the wrong bytes: trust nothing read
             old = self.indexes
             self._set_indexes({k: Index(self.dir, k) for k in old})
             try:
                 self._catch_up(strict=False)
-            except CorruptionError:
+                self._check_still_published()
+            except (CorruptionError, SessionGone):
                 self._set_indexes(old)
                 raise
             for idx in old.values():

@@ -19,6 +19,7 @@ import shutil
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, Literal, TypeVar, cast
 
@@ -437,19 +438,27 @@ class Store:
         not damage: the session is gone, and the read answers as if it had come
         just after the delete (a valid order for two concurrent calls).
         """
-        try:
-            # This process wrote last and nobody locked since: no checks, no probes.
-            sess = self._cached_session(session_id)
-            if sess is not None and sess.quiet_for_reads():
-                return fn(sess)
-            sess = self._session(session_id)
-            if sess is not None:
-                sess.refresh()
-                return fn(sess)
-        except (JournalError, OSError):
-            if not self._vanished(session_id):
-                raise
-        return absent()
+        for _ in range(2):
+            try:
+                # This process wrote last and nobody locked since: no checks, no probes.
+                sess = self._cached_session(session_id)
+                if sess is not None and sess.quiet_for_reads():
+                    return _read_of_this_incarnation(sess, fn)
+                sess = self._session(session_id)
+                if sess is not None:
+                    sess.refresh()
+                    return _read_of_this_incarnation(sess, fn)
+            except SessionGone:
+                continue  # deleted (and maybe created again) under the read: look again
+            except (JournalError, OSError):
+                if not self._vanished(session_id):
+                    raise
+            return absent()
+        if self._vanished(session_id):
+            return absent()
+        raise StorageError(
+            f"session {session_id!r} was deleted and created again during each of two reads"
+        )
 
     def _vanished(self, session_id: str) -> bool:
         """Whether a session is deleted or being deleted (its directory is gone or doomed)."""
@@ -1490,11 +1499,16 @@ class Store:
         `pread`). A reader does that once, when it is made, and its reads
         (`event_page`, `events_after`, `load`, `checkpoint_at`, same arguments
         and answers as the store's, without the session id) then answer from
-        what the session held then: commits other processes make meanwhile are
-        not seen (this process's are), as if every read came right at the
-        reader's making. A session deleted meanwhile (its files moved away or
-        not) is read as it was. Raises `NotFoundError` if the session does not
-        exist. Close it (or use `with`): it keeps the session's files open.
+        the session as this process knows it: at least everything committed
+        when the reader was made, and this process's later commits; commits
+        other processes make later are not looked for, though a read may see
+        them once another call of this process on the session has picked them
+        up. It is not a snapshot: two reads may differ by such commits. If the
+        session is deleted meanwhile, a read answers from what is already
+        open, or as for a missing session where it would have to open one of
+        the session's files again (it might be the next incarnation's). Raises
+        `NotFoundError` if the session does not exist. Close it (or use
+        `with`): it keeps the session's files open.
         """
         validate.validate_session_id(session_id)
         try:
@@ -1693,32 +1707,68 @@ def open_store(root: str | os.PathLike[str], **options: Any) -> Store:
     return Store(root, **options)
 
 
+def _read_of_this_incarnation(sess: Session, fn: Callable[[Session], T]) -> T:
+    """`fn(sess)`, or `SessionGone` if it may have read another incarnation's file.
+
+    A session's files are opened by path when a read first needs them. One the
+    read opened after the session was deleted and created again (by another
+    process, after this process's checks) is the new session's: its bytes must
+    not be answered as this session's (found by review). Reads that open no
+    file, nearly all of them, cost one comparison more.
+    """
+    log = sess.log
+    opened = log.opened
+    result = fn(sess)
+    if log.opened != opened and not sess.still_published():
+        log.forget_opened_since(opened)  # nor may the next read use them
+        raise SessionGone(f"session {sess.id!r} was deleted during the read")
+    return result
+
+
 class SessionReader:
     """Reads of one session, checked once when made (`Store.reader`).
 
     Usable from any thread; `close()` (or leaving a `with` block) releases the
-    session; reading after that raises `InvalidInputError`.
+    session once the reads in progress are done; reading after that raises
+    `InvalidInputError`. A reader dropped unclosed releases it when collected.
     """
 
     def __init__(self, store: Store, session_id: str, sess: Session):
         self.store = store
         self.session_id = session_id
         self._sess: Session | None = sess
+        self._mutex = threading.Lock()
+        self._reading = 0  # reads in progress: `close` leaves the session to the last
+        # The pin goes with the reader, closed or not (it kept the session's files open
+        # past `Store.close` otherwise). No reference to self, or it is never collected.
+        self._release = weakref.finalize(self, store._unpin, [sess])
 
     def _read(self, fn: Callable[[Session], T], absent: Callable[[], T]) -> T:
         """`Store._read` without its checks: `absent()` answers if the session vanished
-        and the read failed (a delete in another process moved its files away)."""
-        sess = self._sess
-        if sess is None:
-            raise InvalidInputError(f"reader of session {self.session_id!r} is closed")
-        if self.store._closed:
-            raise JournalError("store is closed")
+        and the read failed (a delete in another process moved its files away), or if
+        it had to open a file of the session after the session was deleted."""
+        with self._mutex:
+            sess = self._sess
+            if sess is None:
+                raise InvalidInputError(f"reader of session {self.session_id!r} is closed")
+            self._reading += 1
         try:
-            return fn(sess)
-        except (JournalError, OSError):
-            if not self.store._vanished(self.session_id):
-                raise
-        return absent()
+            if self.store._closed:
+                raise JournalError("store is closed")
+            try:
+                return _read_of_this_incarnation(sess, fn)
+            except SessionGone:
+                pass
+            except (JournalError, OSError):
+                if not self.store._vanished(self.session_id):
+                    raise
+            return absent()
+        finally:
+            with self._mutex:
+                self._reading -= 1
+                last = self._reading == 0 and self._sess is None
+            if last:
+                self._release()  # closed meanwhile: this was the last read
 
     def _missing(self) -> Any:
         raise NotFoundError(f"event journal session does not exist: {self.session_id!r}")
@@ -1754,10 +1804,12 @@ class SessionReader:
         return self._read(lambda sess: sess.checkpoint_at(sequence), lambda: None)
 
     def close(self) -> None:
-        """Release the session (idempotent)."""
-        sess, self._sess = self._sess, None
-        if sess is not None:
-            self.store._unpin([sess])
+        """Release the session (idempotent); reads in progress finish first."""
+        with self._mutex:
+            self._sess = None
+            idle = self._reading == 0
+        if idle:
+            self._release()  # at most once, however many calls
 
     def __enter__(self) -> SessionReader:
         return self

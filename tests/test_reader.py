@@ -1,14 +1,18 @@
 """`Store.reader`: reads of one session that check the session once.
 
 A reader answers what the store's reads answer (same arguments, same results),
-from the session as it was when the reader was made: it does not look for
+with at least what was committed when the reader was made: it does not look for
 commits another process makes meanwhile (a second `Store` object on the same
 root stands for another process here), while this process's commits are seen.
+A read that would open a file of a session deleted meanwhile answers as for a
+missing session: the file may be the next incarnation's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
 from pathlib import Path
 
 import pytest
@@ -146,8 +150,11 @@ def test_a_reader_keeps_its_session_open_past_the_open_session_limit(tmp_path: P
                 store.load(f"other-{k}")
             assert [e.sequence for e in r.events_after(0, 10)] == [1, 2, 3, 4, 5]
             assert r.load() == store.load("a")
+            sess = r._sess
+            assert sess is not None and not sess.closed  # pinned: the limit left it open
         store.load("other-0")
-        assert len(store._sessions) <= 2  # released: closed again by the limit
+        assert sess.users == 0 and sess.closed  # released: closed by the limit
+        assert "a" not in store._sessions
     finally:
         store.close()
 
@@ -174,6 +181,98 @@ def test_a_reader_of_a_session_deleted_meanwhile(tmp_path: Path) -> None:
             store.reader("a")
     finally:
         other.close()
+        store.close()
+
+
+def _fill_tagged(store: journal.Store, tag: str, events: int = 200) -> None:
+    cp = Checkpoint.empty("a")
+    cp.context = [{"role": "user", "content": "hi " + tag}]
+    store.save(cp)
+    for n in range(events):
+        store.append_event("a", T0 + n, Event(msg={"type": "warning", "tag": tag, "n": n}))
+
+
+@pytest.mark.parametrize("new_tag", ["NEW", "NEWER-AND-LONGER"])
+def test_a_reader_never_reads_the_next_incarnation(tmp_path: Path, new_tag: str) -> None:
+    """Deleted and created again by another process, over several segments: the old
+    session's reader has only its newest segment open (it was opened from its
+    caches), and the oldest segment's path now holds the new session's. Its events
+    were answered as the old session's, or a spurious index rebuild from the new
+    log discarded the new session's index files (found by review)."""
+    root = tmp_path / "s"
+    opts = {"durability": "os", "segment_bytes": 4096}
+    writer = journal.open(root, **opts)
+    _fill_tagged(writer, "OLD")
+    writer.close()
+    store = journal.open(root, **opts)
+    other = journal.open(root, **opts)  # another process
+    try:
+        r = store.reader("a")
+        assert r.event_page(EventPageRequest(limit=1)).latest_sequence == 200
+        assert other.delete_sessions(["a"])
+        _fill_tagged(other, new_tag)
+        session_dir = other.session_dir("a")
+        other.close()  # writes its caches
+        indexes = sorted(f for f in os.listdir(session_dir) if f.endswith(".idx"))
+        assert indexes  # the new session's caches
+        got = r.events_after(0, 3)
+        assert all(e.event.msg["tag"] == "OLD" for e in got), got
+        for _ in range(2):  # the file it opened is not used by the next read either
+            try:
+                page = r.event_page(EventPageRequest(before_sequence=4, limit=3))
+            except NotFoundError:
+                continue  # answered as for a missing session
+            assert all(e.event.msg["tag"] == "OLD" for e in page.events)
+        assert sorted(f for f in os.listdir(session_dir) if f.endswith(".idx")) == indexes
+        r.close()
+        # The store's own reads answer the new session.
+        tags = {e.event.msg["tag"] for e in store.events_after("a", 0, 3)}
+        assert tags == {new_tag}
+        assert store.checkpoint_at("a", 0).context[0]["content"] == "hi " + new_tag  # type: ignore[union-attr]
+    finally:
+        other.close()
+        store.close()
+
+
+def test_a_reader_dropped_unclosed_releases_its_session(tmp_path: Path) -> None:
+    store = journal.open(tmp_path / "s", durability="os")
+    _fill(store, "a", 3)
+    r = store.reader("a")
+    sess = r._sess
+    assert sess is not None and sess.users == 1
+    del r
+    gc.collect()
+    assert sess.users == 0
+    store.close()
+    assert sess.closed  # not left open (with its files) past the store's close
+
+
+def test_a_reader_closed_during_a_read_keeps_the_session_until_it_ends(tmp_path: Path) -> None:
+    store = journal.open(tmp_path / "s", durability="os", max_open_sessions=1)
+    try:
+        _fill(store, "a", 5)
+        _fill(store, "b", 5)
+        r = store.reader("a")
+        rb = store.reader("b")  # "a" is over the open-session limit, kept by r's pin
+        sess = r._sess
+        assert sess is not None
+        seen: list[bool] = []
+        read_records = sess.log.read_records
+
+        def closing_meanwhile(spans: list[tuple[int, int]]) -> list[object]:
+            r.close()  # another thread, while this read runs
+            seen.append(sess.closed)
+            return read_records(spans)  # type: ignore[return-value]
+
+        sess.log.forget_cached()
+        sess.log.read_records = closing_meanwhile  # type: ignore[method-assign]
+        assert [e.sequence for e in r.events_after(0, 5)] == [1, 2, 3, 4, 5]
+        assert seen == [False]  # still open under the read ...
+        assert sess.closed and sess.users == 0  # ... and released when it ended
+        with pytest.raises(InvalidInputError):
+            r.load()
+        rb.close()
+    finally:
         store.close()
 
 
