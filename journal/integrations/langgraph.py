@@ -294,10 +294,12 @@ def _exact_bytes(raw: bytes) -> bytes:
 class _MessageCopier:
     """Makes new copies of one message (as `_clone` builds one, faster); see `_copier`.
 
-    `template`: a private decode of the message's attributes, shared with no one.
-    A copy is a shallow copy of it in which every container is made anew: an
-    empty one as a new empty one, any other one decoded from its msgpack (`plan`).
-    Everything else is an immutable scalar (`_exact`), which copies may share.
+    `template`: a shallow copy of the message's attributes, its own dict. A copy
+    is a shallow copy of it in which every container is made anew: an empty one
+    as a new empty one, any other one decoded from its msgpack (`plan`, taken
+    here; the template then holds None in their place, not the message's own
+    containers). Everything else is an immutable scalar (`_exact`), which copies
+    share with the message.
     """
 
     __slots__ = ("extra", "fields", "plan", "template", "type")
@@ -318,6 +320,8 @@ class _MessageCopier:
                 plan.append((key, kind, b""))
             else:
                 plan.append((key, None, _exact_bytes(_mp_encode(value))))
+        for key, _, _ in plan:
+            template[key] = None  # set anew in every copy
         self.plan = tuple(plan)
 
     def __call__(self) -> Any:
@@ -359,13 +363,17 @@ def _copier(value: Any) -> Callable[[], Any]:
         extra = value.__pydantic_extra__
         if _exact(value.__dict__) and (extra is None or _exact(extra)):
             try:
-                template = _mp_decode(_mp_encode(value.__dict__))  # equal (`_exact`), private
-                extra_raw = None if extra is None else _exact_bytes(_mp_encode(extra))
+                # Its scalars are immutable (`_exact`), its containers encoded here.
+                copier = _MessageCopier(
+                    type(value),
+                    value.__dict__.copy(),
+                    None if extra is None else _exact_bytes(_mp_encode(extra)),
+                    frozenset(value.__pydantic_fields_set__),
+                )
             except (msgspec.EncodeError, UnicodeEncodeError, OverflowError):
                 pass  # e.g. a string with a lone surrogate: copied by `_clone`
             else:
-                fields = frozenset(value.__pydantic_fields_set__)
-                return _MessageCopier(type(value), template, extra_raw, fields)
+                return copier
     return functools.partial(_clone, _clone(value))
 
 
