@@ -377,6 +377,18 @@ def _copier(value: Any) -> Callable[[], Any]:
     return functools.partial(_clone, _clone(value))
 
 
+def _covers(ctx: tuple[int, int, list[Any]] | None, put: _Put) -> bool:
+    """Whether `ctx` (seq, epoch, items: a context, or a prefix of one) holds the
+    context of `put`: of the same epoch, no older, and at least as long (within an
+    epoch a checkpoint's context is a prefix of every later one's)."""
+    return (
+        ctx is not None
+        and ctx[1] == put.epoch
+        and ctx[0] >= put.seq
+        and len(ctx[2]) >= put.ctx_len
+    )
+
+
 def _first_user_message(messages: list[Any]) -> str | None:
     """The text of the first human message (shown by `journal ls`), if any."""
     for m in messages[:8]:
@@ -457,8 +469,9 @@ class _Index:
     # (seq, epoch, context length) of the newest put event read: the head's, unless a
     # checkpoint was saved without one (`_context_items` checks the head it loads).
     top: tuple[int, int, int] | None = None
-    # The last context read with `checkpoint_at`: (seq, epoch, items). Within an
-    # epoch a checkpoint's context is a prefix of every later one's.
+    # The last context read with `checkpoint_at`, or the part of the head's read
+    # with `load_prefix`: (seq, epoch, items). Within an epoch a checkpoint's
+    # context is a prefix of every later one's.
     older: tuple[int, int, list[Any]] | None = None
     order: list[_Put] | None = None  # `ordered()`, until `puts` or `deleted` change
     # The list items of the last put (objects, attribute snapshots, stored items).
@@ -1646,6 +1659,23 @@ class JournalSaver(BaseCheckpointSaver[str]):
             if self.store.session_summary(sid) is None:  # not a lost race: a real error
                 raise
 
+    def _head_prefix(self, idx: _Index, items: int) -> tuple[int, int, list[Any]] | None:
+        """(seq, epoch, the first `items` context items) of the head, read through the
+        `_reading` block's reader (`SessionReader.load_prefix`: the rest of the
+        context is not decoded). None outside such a block, or if the session is
+        gone (`_head` then reads, or raises)."""
+        try:
+            reader = self._reader(idx.sid)
+        except NotFoundError:
+            return None
+        if reader is None:
+            return None
+        cp = reader.load_prefix(items)
+        if cp is None:
+            return None
+        self._check_ours(cp, idx.sid)
+        return (cp.sequence, cp.context_epoch, cp.context)
+
     def _head(self, idx: _Index) -> tuple[int, int, list[Any]]:
         if idx.head is None:
             cp = self._load_cp(idx.sid)
@@ -1896,15 +1926,22 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 return hit[1][: put.ctx_len]
         head = idx.head
         top = idx.top
+        older = idx.older
         if (
             head is None
             and top is not None
             and top[1] == put.epoch
             and top[0] >= put.seq
-            and top[2] <= _LOAD_ITEMS_PER_ITEM * put.ctx_len + _LOAD_ITEMS_FIXED
+            and not _covers(older, put)
         ):
-            head = self._head(idx)  # its context starts with this put's (same epoch)
-        older = idx.older
+            # The head's context starts with this put's (same epoch): read only that
+            # part of it if it is shorter (not the rest of a long context), else the
+            # whole head if it is not much longer.
+            pre = self._head_prefix(idx, put.ctx_len) if put.ctx_len < top[2] else None
+            if pre is not None and _covers(pre, put):
+                older = idx.older = pre
+            elif top[2] <= _LOAD_ITEMS_PER_ITEM * put.ctx_len + _LOAD_ITEMS_FIXED:
+                head = self._head(idx)
         if head is not None and head[0] == put.seq:
             items = head[2]
         elif (
@@ -1916,12 +1953,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             # Within an epoch a later checkpoint's context extends an earlier one's
             # (the journal refuses a save that changes the prefix).
             items = head[2][: put.ctx_len]
-        elif (
-            older is not None
-            and older[1] == put.epoch
-            and older[0] >= put.seq
-            and len(older[2]) >= put.ctx_len
-        ):
+        elif older is not None and _covers(older, put):
             items = older[2][: put.ctx_len]
         else:
             cp = self._checkpoint_at(idx.sid, put.seq)
