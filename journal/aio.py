@@ -178,6 +178,9 @@ class AsyncSessionReader:
     async def checkpoint_at(self, sequence: int) -> Checkpoint | None:
         return await asyncio.to_thread(self.sync.checkpoint_at, sequence)
 
+    async def load_prefix(self, items: int) -> Checkpoint | None:
+        return await asyncio.to_thread(self.sync.load_prefix, items)
+
     async def close(self) -> None:
         await asyncio.to_thread(self.sync.close)
 

@@ -1462,6 +1462,22 @@ class Session:
         cp.context = _decode_any(context)
         return cp
 
+    def load_prefix(self, items: int) -> Checkpoint | None:
+        """`load`, with only the first `items` items of the context decoded (all of
+        them if it has fewer): for a reader that needs an older checkpoint's part
+        of the newest context, without decoding the rest."""
+        with self._state_lock:
+            self._need(not self._bounded(self.head.covered))
+            head = self.head
+            if head.header is None:
+                return None
+            header = bytes(head.header)
+            part = head.context[:items]
+            context = msgpack_array_header(len(part)) + b"".join(part)
+        cp = _decode_checkpoint(header)
+        cp.context = _decode_any(context)
+        return cp
+
     def receipt(self, submission_id: str) -> bool:
         if submission_id in self._receipts:
             return True

@@ -1803,6 +1803,15 @@ class SessionReader:
         validate.validate_sequence(sequence, "checkpoint sequence")
         return self._read(lambda sess: sess.checkpoint_at(sequence), lambda: None)
 
+    @_guard
+    def load_prefix(self, items: int) -> Checkpoint | None:
+        """`load` with only the first `items` items of the context (all if it has
+        fewer; 0: none). Within a context epoch every older checkpoint's context
+        is a prefix of the newest one's: this reads such a prefix without
+        decoding the rest of a long context. Not a checkpoint to save again."""
+        validate.validate_sequence(items, "context prefix length")
+        return self._read(lambda sess: sess.load_prefix(items), lambda: None)
+
     def close(self) -> None:
         """Release the session (idempotent); reads in progress finish first."""
         with self._mutex:

@@ -1,11 +1,12 @@
 """Where a cold read of an older checkpoint takes its message list from.
 
 Within one context epoch every later checkpoint's list starts with an earlier
-one's, so the saver slices an older checkpoint's list from the head (`load()`,
-one decode per item) instead of rebuilding it with `checkpoint_at` (one record
-read per save of the epoch) when that is cheaper; in another epoch, or when the
-head's list is much longer, it must use `checkpoint_at`. Answers are compared
-with LangGraph's `InMemorySaver` fed the same calls.
+one's, so the saver slices an older checkpoint's list from the head instead of
+rebuilding it with `checkpoint_at` (one record read per save of the epoch):
+through the reader of a `list` or `get_tuple`, only the part of the head's list
+it needs (`SessionReader.load_prefix`, one decode per item of that part, however
+long the head's list is); in another epoch it must use `checkpoint_at`. Answers
+are compared with LangGraph's `InMemorySaver` fed the same calls.
 """
 
 from __future__ import annotations
@@ -43,18 +44,28 @@ def put_all(savers: list[Any], thread: str, lists: list[list[Any]]) -> list[str]
 
 
 class Calls:
-    """Counts the saver's `load` and `checkpoint_at` reads (through its store or a
-    `Store.reader`: the saver's `_load_cp` and `_checkpoint_at`)."""
+    """Counts the saver's `load`, `load_prefix` and `checkpoint_at` reads (through
+    its store or a `Store.reader`: the saver's `_load_cp`, `_head_prefix` and
+    `_checkpoint_at`), and the context items the prefixes read held."""
 
     def __init__(self, saver: JournalSaver) -> None:
         self.load = 0
+        self.prefix = 0
         self.checkpoint_at = 0
-        for name, attr in (("load", "_load_cp"), ("checkpoint_at", "_checkpoint_at")):
+        self.prefix_items = 0
+        for name, attr in (
+            ("load", "_load_cp"),
+            ("prefix", "_head_prefix"),
+            ("checkpoint_at", "_checkpoint_at"),
+        ):
             orig = getattr(saver, attr)
 
             def counted(*a: Any, _orig: Any = orig, _name: str = name, **k: Any) -> Any:
                 setattr(self, _name, getattr(self, _name) + 1)
-                return _orig(*a, **k)
+                got = _orig(*a, **k)
+                if _name == "prefix" and got is not None:
+                    self.prefix_items += len(got[2])
+                return got
 
             setattr(saver, attr, counted)
 
@@ -85,18 +96,21 @@ def test_older_context_comes_from_the_head_only_within_its_epoch(tmp_path: Path)
     with JournalSaver(root) as saver:
         ids = put_all([saver, ref], "t", lists)
 
-    # In the head's epoch (puts 30..59): sliced from the head, no `checkpoint_at`.
+    # In the head's epoch (puts 30..59): sliced from (a prefix of) the head, no
+    # `checkpoint_at`; the prefix is the newest listed put's list (put 49: 5 + 1 +
+    # 20 messages), not the head's 36.
     calls = compare(root, ref, ids[50], 5)
-    assert (calls.load, calls.checkpoint_at) == (1, 0)
+    assert (calls.load, calls.prefix, calls.checkpoint_at) == (0, 1, 0)
+    assert calls.prefix_items == 26
     # Across the epoch change: the head for epoch 1, `checkpoint_at` for epoch 0.
     calls = compare(root, ref, ids[33], 6)
-    assert calls.load == 1 and calls.checkpoint_at == 1
+    assert (calls.load, calls.prefix, calls.checkpoint_at) == (0, 1, 1)
     # Entirely in epoch 0: the head's list is not a continuation of theirs.
     calls = compare(root, ref, ids[20], 4)
-    assert (calls.load, calls.checkpoint_at) == (0, 1)
+    assert (calls.load, calls.prefix, calls.checkpoint_at) == (0, 0, 1)
 
 
-def test_a_short_old_context_is_not_sliced_from_a_long_head(tmp_path: Path) -> None:
+def test_a_short_old_context_is_sliced_from_a_prefix_of_a_long_head(tmp_path: Path) -> None:
     root = tmp_path / "store"
     ref = InMemorySaver()
     msgs: list[Any] = []
@@ -106,12 +120,24 @@ def test_a_short_old_context_is_not_sliced_from_a_long_head(tmp_path: Path) -> N
         lists.append(msgs)
     with JournalSaver(root) as saver:
         ids = put_all([saver, ref], "t", lists)
-    # Put 3 holds 3 messages, the head 120: decoding the head costs more.
+    # Put 3 holds 4 messages, the head 120: only the first 4 of the head's are read
+    # (the whole head, 120 decodes, was more than rebuilding put 3 with
+    # `checkpoint_at`, which is what the saver did before `load_prefix`).
     calls = compare(root, ref, ids[4], 2)
-    assert (calls.load, calls.checkpoint_at) == (0, 1)
-    # Put 60 holds 60: the head is the cheaper source.
+    assert (calls.load, calls.prefix, calls.checkpoint_at) == (0, 1, 0)
+    assert calls.prefix_items == 4
+    # Put 60 holds 61: the first 61.
     calls = compare(root, ref, ids[61], 2)
-    assert (calls.load, calls.checkpoint_at) == (1, 0)
+    assert (calls.load, calls.prefix, calls.checkpoint_at) == (0, 1, 0)
+    assert calls.prefix_items == 61
+    # The head itself (a `list` from the top): the whole head, no prefix.
+    with JournalSaver(root) as fresh:
+        calls = Calls(fresh)
+        got = list(fresh.list(cfg("t"), limit=2))
+        want = list(ref.list(cfg("t"), limit=2))
+        for g, w in zip(got, want, strict=True):
+            same(g, w)
+    assert (calls.load, calls.prefix, calls.checkpoint_at) == (1, 0, 0)
 
 
 def test_messages_read_again_are_new_objects_equal_to_a_fresh_decode(tmp_path: Path) -> None:

@@ -61,6 +61,32 @@ def test_a_reader_answers_what_the_store_answers(tmp_path: Path) -> None:
         store.close()
 
 
+def test_load_prefix_is_load_with_the_first_items_of_the_context(tmp_path: Path) -> None:
+    store = journal.open(tmp_path / "s", durability="os")
+    try:
+        cp = Checkpoint.empty("a")
+        store.save(cp)
+        for n in range(1, 6):  # one context item more per save
+            cp.sequence = n
+            cp.context = [*cp.context, {"n": n, "text": f"item {n}"}]
+            store.save(cp)
+        full = store.load("a")
+        assert full is not None and len(full.context) == 5
+        with store.reader("a") as r:
+            for items in (0, 1, 3, 5, 6, 1 << 40):
+                got = r.load_prefix(items)
+                assert got is not None
+                assert got.context == full.context[:items]
+                got.context = full.context
+                assert got == full  # everything else is what `load` gives
+            for bad in (-1, 1.5, True, "2"):
+                with pytest.raises(InvalidInputError):
+                    r.load_prefix(bad)  # type: ignore[arg-type]
+        assert store.load("a") == full  # nothing was cut from the session
+    finally:
+        store.close()
+
+
 def test_a_reader_checks_the_session_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "s"
     writer = journal.open(root, durability="os")
@@ -290,6 +316,7 @@ def test_the_async_reader(tmp_path: Path) -> None:
                 assert await r.events_after(2, 10) == await store.events_after("a", 2, 10)
                 assert await r.load() == await store.load("a")
                 assert await r.checkpoint_at(0) == await store.checkpoint_at("a", 0)
+                assert await r.load_prefix(3) == await store.load("a")  # an empty context
             with pytest.raises(InvalidInputError):
                 await r.load()  # closed
             with pytest.raises(NotFoundError):

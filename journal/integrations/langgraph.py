@@ -294,10 +294,12 @@ def _exact_bytes(raw: bytes) -> bytes:
 class _MessageCopier:
     """Makes new copies of one message (as `_clone` builds one, faster); see `_copier`.
 
-    `template`: a private decode of the message's attributes, shared with no one.
-    A copy is a shallow copy of it in which every container is made anew: an
-    empty one as a new empty one, any other one decoded from its msgpack (`plan`).
-    Everything else is an immutable scalar (`_exact`), which copies may share.
+    `template`: a shallow copy of the message's attributes, its own dict. A copy
+    is a shallow copy of it in which every container is made anew: an empty one
+    as a new empty one, any other one decoded from its msgpack (`plan`, taken
+    here; the template then holds None in their place, not the message's own
+    containers). Everything else is an immutable scalar (`_exact`), which copies
+    share with the message.
     """
 
     __slots__ = ("extra", "fields", "plan", "template", "type")
@@ -318,6 +320,8 @@ class _MessageCopier:
                 plan.append((key, kind, b""))
             else:
                 plan.append((key, None, _exact_bytes(_mp_encode(value))))
+        for key, _, _ in plan:
+            template[key] = None  # set anew in every copy
         self.plan = tuple(plan)
 
     def __call__(self) -> Any:
@@ -359,14 +363,30 @@ def _copier(value: Any) -> Callable[[], Any]:
         extra = value.__pydantic_extra__
         if _exact(value.__dict__) and (extra is None or _exact(extra)):
             try:
-                template = _mp_decode(_mp_encode(value.__dict__))  # equal (`_exact`), private
-                extra_raw = None if extra is None else _exact_bytes(_mp_encode(extra))
+                # Its scalars are immutable (`_exact`), its containers encoded here.
+                copier = _MessageCopier(
+                    type(value),
+                    value.__dict__.copy(),
+                    None if extra is None else _exact_bytes(_mp_encode(extra)),
+                    frozenset(value.__pydantic_fields_set__),
+                )
             except (msgspec.EncodeError, UnicodeEncodeError, OverflowError):
                 pass  # e.g. a string with a lone surrogate: copied by `_clone`
             else:
-                fields = frozenset(value.__pydantic_fields_set__)
-                return _MessageCopier(type(value), template, extra_raw, fields)
+                return copier
     return functools.partial(_clone, _clone(value))
+
+
+def _covers(ctx: tuple[int, int, list[Any]] | None, put: _Put) -> bool:
+    """Whether `ctx` (seq, epoch, items: a context, or a prefix of one) holds the
+    context of `put`: of the same epoch, no older, and at least as long (within an
+    epoch a checkpoint's context is a prefix of every later one's)."""
+    return (
+        ctx is not None
+        and ctx[1] == put.epoch
+        and ctx[0] >= put.seq
+        and len(ctx[2]) >= put.ctx_len
+    )
 
 
 def _first_user_message(messages: list[Any]) -> str | None:
@@ -449,8 +469,9 @@ class _Index:
     # (seq, epoch, context length) of the newest put event read: the head's, unless a
     # checkpoint was saved without one (`_context_items` checks the head it loads).
     top: tuple[int, int, int] | None = None
-    # The last context read with `checkpoint_at`: (seq, epoch, items). Within an
-    # epoch a checkpoint's context is a prefix of every later one's.
+    # The last context read with `checkpoint_at`, or the part of the head's read
+    # with `load_prefix`: (seq, epoch, items). Within an epoch a checkpoint's
+    # context is a prefix of every later one's.
     older: tuple[int, int, list[Any]] | None = None
     order: list[_Put] | None = None  # `ordered()`, until `puts` or `deleted` change
     # The list items of the last put (objects, attribute snapshots, stored items).
@@ -778,9 +799,9 @@ class JournalSaver(BaseCheckpointSaver[str]):
         session's incarnation (`_ident`) before its first read, and a reader made
         before that could hold an older incarnation than the one the index is
         then labelled with (`_renew_reader` drops it when `_index` starts over).
-        Reads through it see the session as it was when it was made, as if they
-        all came at that moment (what the saver's reads already allow: each one
-        caught up with what came before).
+        Reads through it see at least what was committed when it was made, and
+        perhaps later commits (what the saver's reads already allow: each one
+        caught up with what came before; `Store.reader`).
         """
         if sid in self._readers:  # nested: the outer block's reader
             yield
@@ -1638,6 +1659,23 @@ class JournalSaver(BaseCheckpointSaver[str]):
             if self.store.session_summary(sid) is None:  # not a lost race: a real error
                 raise
 
+    def _head_prefix(self, idx: _Index, items: int) -> tuple[int, int, list[Any]] | None:
+        """(seq, epoch, the first `items` context items) of the head, read through the
+        `_reading` block's reader (`SessionReader.load_prefix`: the rest of the
+        context is not decoded). None outside such a block, or if the session is
+        gone (`_head` then reads, or raises)."""
+        try:
+            reader = self._reader(idx.sid)
+        except NotFoundError:
+            return None
+        if reader is None:
+            return None
+        cp = reader.load_prefix(items)
+        if cp is None:
+            return None
+        self._check_ours(cp, idx.sid)
+        return (cp.sequence, cp.context_epoch, cp.context)
+
     def _head(self, idx: _Index) -> tuple[int, int, list[Any]]:
         if idx.head is None:
             cp = self._load_cp(idx.sid)
@@ -1888,15 +1926,22 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 return hit[1][: put.ctx_len]
         head = idx.head
         top = idx.top
+        older = idx.older
         if (
             head is None
             and top is not None
             and top[1] == put.epoch
             and top[0] >= put.seq
-            and top[2] <= _LOAD_ITEMS_PER_ITEM * put.ctx_len + _LOAD_ITEMS_FIXED
+            and not _covers(older, put)
         ):
-            head = self._head(idx)  # its context starts with this put's (same epoch)
-        older = idx.older
+            # The head's context starts with this put's (same epoch): read only that
+            # part of it if it is shorter (not the rest of a long context), else the
+            # whole head if it is not much longer.
+            pre = self._head_prefix(idx, put.ctx_len) if put.ctx_len < top[2] else None
+            if pre is not None and _covers(pre, put):
+                older = idx.older = pre
+            elif top[2] <= _LOAD_ITEMS_PER_ITEM * put.ctx_len + _LOAD_ITEMS_FIXED:
+                head = self._head(idx)
         if head is not None and head[0] == put.seq:
             items = head[2]
         elif (
@@ -1908,12 +1953,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             # Within an epoch a later checkpoint's context extends an earlier one's
             # (the journal refuses a save that changes the prefix).
             items = head[2][: put.ctx_len]
-        elif (
-            older is not None
-            and older[1] == put.epoch
-            and older[0] >= put.seq
-            and len(older[2]) >= put.ctx_len
-        ):
+        elif older is not None and _covers(older, put):
             items = older[2][: put.ctx_len]
         else:
             cp = self._checkpoint_at(idx.sid, put.seq)
