@@ -125,21 +125,56 @@ def test_pending_writes_copy_the_messages_of_newer_checkpoints(tmp_path: Path) -
         newest = got[0].checkpoint["channel_values"]["messages"]
         assert len(built) == len(newest) + 1, (len(built), len(newest))
 
-    # The copies share nothing: changing one tuple's objects changes no other's.
-    write_msg = got[1].pending_writes[0][2][0]  # type: ignore[index]
-    in_newer = got[0].checkpoint["channel_values"]["messages"][-1]
-    assert write_msg == in_newer and write_msg is not in_newer
-    write_msg.content = "changed"
-    write_msg.tool_calls.append({"name": "x", "args": {}, "id": "x", "type": "tool_call"})
-    assert in_newer == want[0].checkpoint["channel_values"]["messages"][-1]
+        # The copies share nothing: changing one tuple's objects changes no other's,
+        # nor the copies the same saver hands out next.
+        write_msg = got[1].pending_writes[0][2][0]  # type: ignore[index]
+        in_newer = got[0].checkpoint["channel_values"]["messages"][-1]
+        assert write_msg == in_newer and write_msg is not in_newer
+        write_msg.content = "changed"
+        write_msg.tool_calls.append({"name": "x", "args": {}, "id": "x", "type": "tool_call"})
+        write_msg.tool_calls[0]["args"]["q"] = "mutated"
+        assert in_newer == want[0].checkpoint["channel_values"]["messages"][-1]
+        for g, w in zip(
+            fresh.list(cfg("t", ns=""), before=cfg("t", ids[50]), limit=10), want, strict=True
+        ):
+            same(g, w)
     shared = [t.checkpoint["channel_values"]["messages"][0] for t in got]
     shared[0].content = "changed too"
     assert all(m.content == "why is CI red?" for m in shared[1:])
+    # Nested containers too: one tuple's copy of a message with tool calls against
+    # the other tuples' copies of it (made from the same template).
+    calls = [t.checkpoint["channel_values"]["messages"][1] for t in got]
+    assert calls[0].tool_calls and all(m == calls[0] for m in calls)
+    calls[0].tool_calls.append({"name": "y", "args": {}, "id": "y", "type": "tool_call"})
+    calls[0].tool_calls[0]["args"]["q"] = "mutated"
+    calls[0].additional_kwargs["k"] = "v"
+    original = want[0].checkpoint["channel_values"]["messages"][1]
+    assert all(m == original for m in calls[1:])
     with JournalSaver(root) as again:
         for g, w in zip(
             again.list(cfg("t", ns=""), before=cfg("t", ids[50]), limit=10), want, strict=True
         ):
             same(g, w)
+
+
+def test_a_cold_read_closes_the_readers_it_makes(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    with JournalSaver(root) as saver:
+        ids = agent_loop([saver], "t", 40)
+    with JournalSaver(root) as fresh:
+        made: list[Any] = []
+        reader = fresh.store.reader
+
+        def recording(sid: str) -> Any:
+            made.append(reader(sid))
+            return made[-1]
+
+        fresh.store.reader = recording  # type: ignore[method-assign]
+        assert len(list(fresh.list(cfg("t", ns=""), before=cfg("t", ids[20]), limit=5))) == 5
+        assert fresh.get_tuple(cfg("t", ids[3])) is not None
+        assert made and all(r._sess is None for r in made)  # every one closed
+        sessions = list(fresh.store._sessions.values())
+        assert sessions and all(s.users == 0 for s in sessions)  # no pin left
 
 
 def test_a_thread_deleted_and_created_again_between_reads(tmp_path: Path) -> None:
