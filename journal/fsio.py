@@ -214,6 +214,8 @@ def start_sync(
     dirs: Sequence[str],
     *,
     keep_one: bool = False,
+    open_data_files: Sequence[tuple[int, str]] = (),
+    open_files: Sequence[tuple[int, str]] = (),
 ) -> Syncing:
     """Start making these files (fdatasync / fsync) and directories durable.
 
@@ -223,8 +225,14 @@ def start_sync(
     run here, before this returns, when the file operations cannot run
     concurrently (`ops.concurrent` False: the power-loss recorder) and while the
     interpreter is exiting.
+
+    `open_data_files` / `open_files`: (descriptor, path) of files the caller has
+    open, fdatasynced / fsynced through that descriptor (nothing opened); the
+    caller keeps each descriptor open until the sync has finished.
     """
     jobs: list[Callable[[], None]] = [
+        *(lambda fd=fd, p=p: sync_data(fd, p) for fd, p in open_data_files),
+        *(lambda fd=fd, p=p: sync_file(fd, p) for fd, p in open_files),
         *(lambda p=p: sync_path(p, data_only=True) for p in data_files),
         *(lambda p=p: sync_path(p) for p in files),
         *(lambda p=p: sync_dir(p) for p in dirs),

@@ -26,7 +26,7 @@ import journal
 from journal import Checkpoint, Event, fsio
 from journal.locks import FileLock
 from journal.log import SEGMENT_HEADER_SIZE
-from journal.session import LOCK_FILE, LOG_DIR
+from journal.session import LOCK_FILE, LOG_DIR, Session
 from journal.tree import Tree
 from journal.verify import verify_store
 
@@ -217,7 +217,7 @@ def test_other_writers_wait_until_the_published_session_is_durable(
         if not spare:  # the directory is built on the spot (first creation, no spare)
             monkeypatch.setattr(store.spares, "target", 0)
             while (ready := store.spares.take()) is not None:
-                shutil.rmtree(ready)
+                ready.discard()
         child_dir = os.path.realpath(store.session_dir("child"))
         ops = _HoldPublishingSync(os.path.dirname(child_dir))
         monkeypatch.setattr(fsio, "ops", ops)
@@ -394,15 +394,15 @@ def test_a_fork_writes_and_syncs_its_child_before_it_takes_the_tree_lock(
             super().sync_data(fd, path)
 
     real_locked = Tree.locked
-    real_summary = journal.Store._summary_of
+    real_summary = journal.store._fork_summary
 
     def locked(self: Tree) -> Any:
         events.append("tree lock")
         return real_locked(self)
 
-    def summary_of(self: journal.Store, sess: Any) -> Any:
+    def fork_summary(*args: Any) -> Any:
         events.append("summary")
-        return real_summary(self, sess)
+        return real_summary(*args)
 
     store = journal.open(tmp_path / "s")
     try:
@@ -410,13 +410,95 @@ def test_a_fork_writes_and_syncs_its_child_before_it_takes_the_tree_lock(
         store.spares.wait()
         monkeypatch.setattr(fsio, "ops", Recording())
         monkeypatch.setattr(Tree, "locked", locked)
-        monkeypatch.setattr(journal.Store, "_summary_of", summary_of)
+        monkeypatch.setattr(journal.store, "_fork_summary", fork_summary)
         store.fork("parent", 0, _child("child"))
     finally:
         monkeypatch.undo()
         store.close()
     written, synced = events.index("child commit written"), events.index("child commit synced")
     assert written < synced < events.index("summary") < events.index("tree lock"), events
+
+
+def test_a_fork_from_a_spare_opens_no_session_and_none_of_the_childs_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child's first commit is its whole log, built from the arguments: it is
+    written, and it and the identity synced, through the spare's descriptors (opened
+    when the spare was built), with no Session object for the child (its first use
+    opens it from that one commit)."""
+    store = journal.open(tmp_path / "s")
+    try:
+        store.save(_child("parent"))
+        store.spares.wait()
+        opened: list[str] = []
+        sessions: list[str] = []
+        real_open, real_init = os.open, Session.__init__
+
+        def os_open(path: Any, *args: Any, **kwargs: Any) -> int:
+            opened.append(os.fspath(path))
+            return real_open(path, *args, **kwargs)
+
+        def init(self: Session, directory: str, session_id: str, *a: Any, **k: Any) -> None:
+            sessions.append(session_id)
+            real_init(self, directory, session_id, *a, **k)
+
+        monkeypatch.setattr(os, "open", os_open)
+        monkeypatch.setattr(Session, "__init__", init)
+        summary = store.fork("parent", 0, _child("child"))
+        monkeypatch.undo()
+        assert "child" not in sessions
+        spares_dir = os.path.join(str(tmp_path / "s"), "tmp")
+        child_files = [p for p in opened if p.startswith(spares_dir) and not p.endswith(LOCK_FILE)]
+        assert child_files == [], child_files
+        assert summary.parent_session_id == "parent" and summary.sequence == 0
+        assert store.load("child") == _child("child")  # opened from its one commit
+        assert store.session_summary("child") == summary
+    finally:
+        store.close()
+
+
+def test_no_file_is_stat_then_written_on_the_fork_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As on the save path (tests/test_writer_fast_path.py): a stat of a file then a
+    write to it slows that file's next sync (Linux 6.13+). A fork writes and syncs the
+    child's identity and segment, and appends to the catalog: none may be stat'ed."""
+    store = journal.open(tmp_path / "s")
+    try:
+        store.save(_child("parent"))
+        store.fork("parent", 0, _child("warm"))
+        store.spares.wait()
+        stat_of: set[str] = set()
+        written: set[str] = set()
+        real_fstat, real_stat, real_pwrite = os.fstat, os.stat, os.pwrite
+
+        def name(fd: int) -> str:
+            return os.readlink(f"/proc/self/fd/{fd}")
+
+        def fstat(fd: int) -> os.stat_result:
+            stat_of.add(name(fd))
+            return real_fstat(fd)
+
+        def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+            stat_of.add(os.path.realpath(os.fspath(path)))
+            return real_stat(path, *args, **kwargs)
+
+        def pwrite(fd: int, data: Any, offset: int) -> int:
+            written.add(name(fd))
+            return real_pwrite(fd, data, offset)
+
+        monkeypatch.setattr(os, "fstat", fstat)
+        monkeypatch.setattr(os, "stat", stat)
+        monkeypatch.setattr(os, "pwrite", pwrite)
+        for n in range(3):
+            store.fork("parent", 0, _child(f"child-{n}"))
+            store.spares.wait()
+        monkeypatch.undo()
+        assert any(p.endswith(".seg") for p in written)
+        hot = {p for p in stat_of & written if not p.endswith("LOCK")}
+        assert hot == set(), hot
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("why", ["no parent", "fork point too new", "child exists"])
