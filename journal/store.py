@@ -1331,19 +1331,27 @@ class Store:
         cp: Checkpoint = _coerce(checkpoint, Checkpoint, "checkpoint")
         validate.validate_session_id(cp.session_id)
         validate.validate_fork_child(parent_session_id, cp)
-        validate.validate_checkpoint(cp)
+        # Every rule but the JSON walk of its loosely typed fields (metadata, context),
+        # which runs below while the child's syncs do: nothing is visible before it
+        # passes, and a child that fails it is removed unpublished.
+        validate.validate_checkpoint(cp, json=False)
         now = int(time.time())
         ident = SessionIdentity(cp.session_id, parent_session_id, parent_sequence, now)
         # The child's whole log, built from the arguments alone: no Session object is
         # opened for it (its first open reads this one commit, as after any fork).
-        commit, header = Session.fork_commit(cp, now, self.options.max_record_bytes)
+        try:
+            commit, header = Session.fork_commit(cp, now, self.options.max_record_bytes)
+        except Exception:
+            validate.validate_checkpoint_json(cp)  # a value that is no JSON: say which
+            raise
 
         # The child is written, and its syncs started, before the tree lock is taken:
         # it depends on nothing but the arguments, and its syncs then run while the
         # parent is checked. It stays private (in tmp/) until published below, and is
         # removed, having changed nothing, when a check fails.
         with self._stage_fork(ident, commit) as staged:
-            # Its catalog entry, made while the syncs run.
+            # While the syncs run: the rest of the validation, and the catalog entry.
+            validate.validate_checkpoint_json(cp)
             summary = _fork_summary(ident, header, cp.first_user_message)
 
             def announce(_: None) -> None:

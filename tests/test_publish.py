@@ -404,6 +404,12 @@ def test_a_fork_writes_and_syncs_its_child_before_it_takes_the_tree_lock(
         events.append("summary")
         return real_summary(*args)
 
+    real_json_check = journal.validate.validate_checkpoint_json
+
+    def json_check(cp: Checkpoint) -> None:
+        events.append("json check")
+        real_json_check(cp)
+
     store = journal.open(tmp_path / "s")
     try:
         store.save(_child("parent"))
@@ -411,12 +417,15 @@ def test_a_fork_writes_and_syncs_its_child_before_it_takes_the_tree_lock(
         monkeypatch.setattr(fsio, "ops", Recording())
         monkeypatch.setattr(Tree, "locked", locked)
         monkeypatch.setattr(journal.store, "_fork_summary", fork_summary)
+        monkeypatch.setattr(journal.validate, "validate_checkpoint_json", json_check)
         store.fork("parent", 0, _child("child"))
     finally:
         monkeypatch.undo()
         store.close()
     written, synced = events.index("child commit written"), events.index("child commit synced")
-    assert written < synced < events.index("summary") < events.index("tree lock"), events
+    assert events.count("json check") == 1, events
+    json_checked = events.index("json check")
+    assert written < synced < json_checked < events.index("summary") < events.index("tree lock")
 
 
 def test_a_fork_from_a_spare_opens_no_session_and_none_of_the_childs_files(
@@ -453,6 +462,50 @@ def test_a_fork_from_a_spare_opens_no_session_and_none_of_the_childs_files(
         assert summary.parent_session_id == "parent" and summary.sequence == 0
         assert store.load("child") == _child("child")  # opened from its one commit
         assert store.session_summary("child") == summary
+    finally:
+        store.close()
+
+
+_NOT_JSON: dict[str, tuple[str, Any]] = {
+    "NaN in the context": ("context", [{"x": float("nan")}]),
+    "a tuple in the context": ("context", [{"x": (1, 2)}]),
+    "an int msgpack cannot hold": ("context", [{"x": 2**70}]),
+    "infinity in the metadata": ("metadata", {"m": [float("inf")]}),
+    "a lone surrogate in the metadata": ("metadata", {"m": "\ud800"}),
+    "an int key in the metadata": ("metadata", {"m": {1: "x"}}),
+    "an object in the metadata": ("metadata", {"m": object()}),
+}
+
+
+@pytest.mark.parametrize("what", sorted(_NOT_JSON))
+def test_a_fork_whose_child_is_not_json_is_refused_and_leaves_nothing(
+    tmp_path: Path, what: str
+) -> None:
+    """The JSON walk of the child runs while its syncs run (after its commit is
+    written in private): the refusal is the one `validate_checkpoint` gives, and
+    nothing is published, listed or left behind."""
+    field, value = _NOT_JSON[what]
+    root = tmp_path / "s"
+    store = journal.open(root)
+    try:
+        store.save(_child("parent"))
+        store.spares.wait()
+        child = _child("child")
+        setattr(child, field, value)
+        with pytest.raises(journal.InvalidInputError) as expected:
+            journal.validate.validate_checkpoint(child)
+        with pytest.raises(journal.InvalidInputError) as refused:
+            store.fork("parent", 0, child)
+        assert str(expected.value) in str(refused.value)
+        store.spares.wait()
+        assert store.load("child") is None and store.session_summary("child") is None
+        assert not os.path.exists(store.session_dir("child"))
+        left = [n for n in os.listdir(root / "tmp") if not n.startswith("spare-")]
+        assert left == []
+        listed = store.list_sessions_page(journal.SessionPageRequest(limit=10)).sessions
+        assert [s.session_id for s in listed] == ["parent"]
+        store.fork("parent", 0, _child("child"))  # and the store goes on
+        assert store.load("child") == _child("child")
     finally:
         store.close()
 
