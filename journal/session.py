@@ -51,8 +51,15 @@ from .index import (
     IndexDoubtError,
 )
 from .locks import FileLock
-from .log import KIND_SESSION, Log, ScanState, segment_name
-from .metafile import KIND_IDENTITY, KIND_SNAPSHOT, encode_meta, read_meta, write_meta
+from .log import KIND_SESSION, SEGMENT_HEADER_SIZE, Log, ScanState, segment_name
+from .metafile import (
+    KIND_IDENTITY,
+    KIND_SNAPSHOT,
+    META_HEADER_SIZE,
+    encode_meta,
+    read_meta,
+    write_meta,
+)
 from .payloads import (
     COMMIT_FORK,
     COMMIT_SAVE,
@@ -88,6 +95,11 @@ LOCK_FILE = "LOCK"
 SNAPSHOT_FILE = "snapshot"
 LOG_DIR = "log"
 FORMAT_VERSION = 1
+# A spare's files are laid out at these sizes, zero-filled and synced (`build_spare`):
+# the first commit and the identity then overwrite allocated space, and their syncs
+# flush data, not new file sizes (FORMAT.md section 9).
+SPARE_SEGMENT_ZEROS = 64 << 10  # after the segment header: a writer's first preallocation
+SPARE_IDENTITY_BYTES = 4096  # one block: an identity with ids of usual lengths
 
 
 class SessionIdentity(msgspec.Struct):
@@ -371,29 +383,40 @@ class Session:
     def build_spare(directory: str) -> None:
         """Lay out an empty session directory ahead of need, every entry durable.
 
-        The layout of `build` with an empty identity file: log/ with its first
-        segment (header only), LOCK, SESSION, each directory synced after its
-        entries. `fill_spare` later only writes the identity in place, so a new
-        session's critical path creates no file and syncs no directory but
-        `sessions/` (see `Store._stage`).
+        The layout of `build` with no identity yet: log/ with its first segment
+        (its header, then `SPARE_SEGMENT_ZEROS` zero bytes), LOCK, SESSION
+        (`SPARE_IDENTITY_BYTES` zero bytes), each file synced and each directory
+        synced after its entries. `fill_spare` later only writes the identity in
+        place, so a new session's critical path creates no file, syncs no directory
+        but `sessions/`, and its two file syncs persist no new file size (see
+        `Store._stage`).
         """
         Session._lay_out(directory)
         log_dir = os.path.join(directory, LOG_DIR)
-        fsio.sync_all(
-            data_files=[os.path.join(log_dir, segment_name(0))],
-            files=[],
-            dirs=[log_dir, directory],
-        )
+        segment = os.path.join(log_dir, segment_name(0))
+        identity = os.path.join(directory, IDENTITY_FILE)
+        for path, offset, size in (
+            (segment, SEGMENT_HEADER_SIZE, SPARE_SEGMENT_ZEROS),
+            (identity, 0, SPARE_IDENTITY_BYTES),
+        ):
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                fsio.pwrite(fd, bytes(size), offset, path)
+            finally:
+                os.close(fd)
+        fsio.sync_all(data_files=[segment, identity], files=[], dirs=[log_dir, directory])
 
     @staticmethod
     def fill_spare(directory: str, identity: SessionIdentity, identity_fd: int = -1) -> None:
-        """Make a directory from `build_spare` the private build of this session.
+        """Make a directory from `build_spare` (or `_lay_out`) the private build of
+        this session: write its identity at the start of its identity file, which
+        holds zeros (or nothing) until then; bytes after the record are ignored.
 
-        `identity_fd`: its identity file, open for writing already (a `Spare`'s);
-        otherwise it is opened here and closed again.
+        `identity_fd`: its identity file, open for reading and writing already (a
+        `Spare`'s); otherwise it is opened here and closed again.
         """
         path = os.path.join(directory, IDENTITY_FILE)
-        # `access` and `lseek`, not stats: a stat of a file about to be written makes
+        # `access` and `pread`, not stats: a stat of a file about to be written makes
         # its fdatasync slower (see `Log.writer_at`); the segment's first commit and
         # this identity are both synced on the way to publishing the session.
         if not os.access(os.path.join(directory, LOG_DIR, segment_name(0)), os.F_OK):
@@ -401,11 +424,11 @@ class Session:
         if identity_fd >= 0 and not os.access(path, os.F_OK):
             # the descriptor's file lost its name: the directory would lack its identity
             raise StorageError(f"spare session directory {directory} lacks its identity file")
-        # Written in place into the empty file `_lay_out` made (no O_TRUNC: truncating
-        # even an empty file cost more than the write here).
-        fd = identity_fd if identity_fd >= 0 else os.open(path, os.O_WRONLY)
+        # Written in place into the file `_lay_out` made (no O_TRUNC: truncating even
+        # an empty file cost more than the write here).
+        fd = identity_fd if identity_fd >= 0 else os.open(path, os.O_RDWR)
         try:
-            if os.lseek(fd, 0, os.SEEK_END):
+            if os.pread(fd, META_HEADER_SIZE, 0).strip(b"\0"):
                 raise StorageError(f"spare session directory {directory} has an identity already")
             fsio.pwrite(fd, encode_meta(KIND_IDENTITY, _encode(identity)), 0, path)
         finally:

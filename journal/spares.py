@@ -62,7 +62,7 @@ class Spare:
     @classmethod
     def open(cls, path: str) -> Spare:
         """The spare `Session.build_spare` laid out at `path`, its two files opened."""
-        identity_fd = os.open(Session.identity_file(path), os.O_WRONLY)
+        identity_fd = os.open(Session.identity_file(path), os.O_RDWR)
         try:
             segment_fd = os.open(Session.segment_files(path)[0], os.O_WRONLY)
         except BaseException:

@@ -685,8 +685,8 @@ class Store:
         if spare is not None:
             try:
                 Session.fill_spare(spare.path, identity, spare.identity_fd)
-                syncing = fsio.start_sync(
-                    [], [], [], open_files=[(spare.identity_fd, spare.identity_path)]
+                syncing = fsio.start_sync(  # its size does not change: fdatasync
+                    [], [], [], open_data_files=[(spare.identity_fd, spare.identity_path)]
                 )
                 return spare.path, syncing, spare
             except (OSError, JournalError):
@@ -726,8 +726,12 @@ class Store:
                         [],
                         [],
                         [],
-                        open_data_files=[(spare.segment_fd, spare.segment_path)],
-                        open_files=[(spare.identity_fd, spare.identity_path)],
+                        # fdatasync both: neither file's size changes (`build_spare`)
+                        open_data_files=[
+                            (spare.segment_fd, spare.segment_path),
+                            (spare.identity_fd, spare.identity_path),
+                        ],
+                        begun=True,
                     )
                 )
             else:

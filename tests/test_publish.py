@@ -71,8 +71,9 @@ def test_the_first_commit_is_durable_before_the_name_is_published(
     segment = [op for op, path in ops[:renamed] if path == first_segment]
     # the identity written and synced, the first commit written and synced: all
     # before the rename; after it, only the name's directory is synced (and the
-    # catalog entry written meanwhile)
-    assert [op for op, _ in identity] == ["pwrite", "sync_file"], identity
+    # catalog entry written meanwhile). The spare's identity file was laid out at
+    # its size and synced: the identity's sync is an fdatasync.
+    assert [op for op, _ in identity] == ["pwrite", "sync_data"], identity
     assert segment[-2:] == ["pwrite", "sync_data"], segment
     # (the spare built after it, here inline, is the store's next one)
     after = [(op, path) for op, path in ops[renamed + 1 :] if "/tmp/spare-" not in path]
