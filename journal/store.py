@@ -1720,7 +1720,9 @@ class _Staged(Generic[T]):
             self._published = True
             # If the sync fails, the call fails but the session stays published: like
             # a commit whose sync failed, it may or may not survive a power loss.
-            _announce_while(fsio.start_sync([], [], [parent]), lambda: announce(self.result))
+            # The catalog entry is made in a pool thread meanwhile (see
+            # `fsio.sync_dir_while`; the session's lock is held all the same).
+            fsio.sync_dir_while(parent, lambda: announce(self.result))
             return True
         finally:
             guard.close()
@@ -1762,18 +1764,6 @@ def _transient(exc: BaseException) -> bool:
         if isinstance(err, OSError) and err.errno in _TRANSIENT_ERRNOS:
             return True
     return False
-
-
-def _announce_while(syncing: fsio.Syncing, announce: Callable[[], None]) -> None:
-    """Run `announce` while `syncing` runs; return once both are done (raise the
-    first failure; a failed sync leaves the session published, like a commit whose
-    sync failed: it may or may not survive a power loss)."""
-    try:
-        announce()
-    except BaseException:
-        syncing.wait_quietly()
-        raise
-    syncing.wait()
 
 
 def _rename_unless_taken(src: str, dst: str) -> bool:
