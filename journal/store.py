@@ -1335,10 +1335,10 @@ class Store:
         cp: Checkpoint = _coerce(checkpoint, Checkpoint, "checkpoint")
         validate.validate_session_id(cp.session_id)
         validate.validate_fork_child(parent_session_id, cp)
-        # Every rule but the JSON walk of its loosely typed fields (metadata, context),
-        # which runs below while the child's syncs do: nothing is visible before it
-        # passes, and a child that fails it is removed unpublished.
-        validate.validate_checkpoint(cp, json=False)
+        # The rest of the child's validation (validate_checkpoint: its version, its
+        # types and integer ranges, the JSON walk of its metadata and context) runs
+        # below, while the child's syncs do: nothing is visible before it passes, and
+        # a child that fails it is removed unpublished.
         now = int(time.time())
         ident = SessionIdentity(cp.session_id, parent_session_id, parent_sequence, now)
         # The child's whole log, built from the arguments alone: no Session object is
@@ -1346,7 +1346,7 @@ class Store:
         try:
             commit, header = Session.fork_commit(cp, now, self.options.max_record_bytes)
         except Exception:
-            validate.validate_checkpoint_json(cp)  # a value that is no JSON: say which
+            validate.validate_checkpoint(cp)  # a value the encoder refuses: say which
             raise
 
         # The child is written, and its syncs started, before the tree lock is taken:
@@ -1354,8 +1354,8 @@ class Store:
         # parent is checked. It stays private (in tmp/) until published below, and is
         # removed, having changed nothing, when a check fails.
         with self._stage_fork(ident, commit) as staged:
-            # While the syncs run: the rest of the validation, and the catalog entry.
-            validate.validate_checkpoint_json(cp)
+            # While the syncs run: the child's validation, and its catalog entry.
+            validate.validate_checkpoint(cp)
             summary = _fork_summary(ident, header, cp.first_user_message)
 
             def announce(_: None) -> None:

@@ -405,11 +405,11 @@ def test_a_fork_writes_and_syncs_its_child_before_it_takes_the_tree_lock(
         events.append("summary")
         return real_summary(*args)
 
-    real_json_check = journal.validate.validate_checkpoint_json
+    real_validate = journal.validate.validate_checkpoint
 
-    def json_check(cp: Checkpoint) -> None:
-        events.append("json check")
-        real_json_check(cp)
+    def validate(cp: Checkpoint, **kwargs: Any) -> None:
+        events.append("validation")
+        real_validate(cp, **kwargs)
 
     store = journal.open(tmp_path / "s")
     try:
@@ -418,15 +418,15 @@ def test_a_fork_writes_and_syncs_its_child_before_it_takes_the_tree_lock(
         monkeypatch.setattr(fsio, "ops", Recording())
         monkeypatch.setattr(Tree, "locked", locked)
         monkeypatch.setattr(journal.store, "_fork_summary", fork_summary)
-        monkeypatch.setattr(journal.validate, "validate_checkpoint_json", json_check)
+        monkeypatch.setattr(journal.validate, "validate_checkpoint", validate)
         store.fork("parent", 0, _child("child"))
     finally:
         monkeypatch.undo()
         store.close()
     written, synced = events.index("child commit written"), events.index("child commit synced")
-    assert events.count("json check") == 1, events
-    json_checked = events.index("json check")
-    assert written < synced < json_checked < events.index("summary") < events.index("tree lock")
+    assert events.count("validation") == 1, events
+    validated = events.index("validation")
+    assert written < synced < validated < events.index("summary") < events.index("tree lock")
 
 
 def test_a_fork_from_a_spare_opens_no_session_and_none_of_the_childs_files(
@@ -467,7 +467,7 @@ def test_a_fork_from_a_spare_opens_no_session_and_none_of_the_childs_files(
         store.close()
 
 
-_NOT_JSON: dict[str, tuple[str, Any]] = {
+_INVALID: dict[str, tuple[str, Any]] = {
     "NaN in the context": ("context", [{"x": float("nan")}]),
     "a tuple in the context": ("context", [{"x": (1, 2)}]),
     "an int msgpack cannot hold": ("context", [{"x": 2**70}]),
@@ -475,17 +475,23 @@ _NOT_JSON: dict[str, tuple[str, Any]] = {
     "a lone surrogate in the metadata": ("metadata", {"m": "\ud800"}),
     "an int key in the metadata": ("metadata", {"m": {1: "x"}}),
     "an object in the metadata": ("metadata", {"m": object()}),
+    "an unsupported version": ("version", 99),
+    "metadata that is a list": ("metadata", []),
+    "a context that is an int": ("context", 5),
+    "a context epoch that is a str": ("context_epoch", "1"),
+    "a negative token count": ("total_usage", journal.TokenUsage(input_tokens=-(2**63) - 1)),
+    "a blank owner": ("session_context", journal.SessionContext(owner_id=" ")),
 }
 
 
-@pytest.mark.parametrize("what", sorted(_NOT_JSON))
-def test_a_fork_whose_child_is_not_json_is_refused_and_leaves_nothing(
+@pytest.mark.parametrize("what", sorted(_INVALID))
+def test_a_fork_whose_child_is_invalid_is_refused_and_leaves_nothing(
     tmp_path: Path, what: str
 ) -> None:
-    """The JSON walk of the child runs while its syncs run (after its commit is
-    written in private): the refusal is the one `validate_checkpoint` gives, and
-    nothing is published, listed or left behind."""
-    field, value = _NOT_JSON[what]
+    """The child's validation runs while its syncs run (after its commit is written
+    in private): the refusal is the one `validate_checkpoint` gives, and nothing is
+    published, listed or left behind."""
+    field, value = _INVALID[what]
     root = tmp_path / "s"
     store = journal.open(root)
     try:
@@ -493,10 +499,11 @@ def test_a_fork_whose_child_is_not_json_is_refused_and_leaves_nothing(
         store.spares.wait()
         child = _child("child")
         setattr(child, field, value)
-        with pytest.raises(journal.InvalidInputError) as expected:
+        with pytest.raises(journal.JournalError) as expected:
             journal.validate.validate_checkpoint(child)
-        with pytest.raises(journal.InvalidInputError) as refused:
+        with pytest.raises(journal.JournalError) as refused:
             store.fork("parent", 0, child)
+        assert type(refused.value) is type(expected.value)
         assert str(expected.value) in str(refused.value)
         store.spares.wait()
         assert store.load("child") is None and store.session_summary("child") is None
