@@ -703,12 +703,18 @@ class Store:
             raise
         return tmp
 
-    def _stage_fork(self, identity: SessionIdentity, commit: bytes) -> _Staged[None]:
-        """`_stage` for a fork's child, whose first commit (`Session.fork_commit`) is
-        the whole of its log: written straight into the segment, with no Session
-        object. In a spare, the identity and the commit are written, and synced,
-        through the spare's open descriptors; both syncs start at once, the
-        commit's as soon as it is written (FORMAT.md section 9)."""
+    def _stage_fork(
+        self, identity: SessionIdentity, encode: Callable[[], tuple[bytes, bytes]]
+    ) -> _Staged[tuple[int, bytes]]:
+        """`_stage` for a fork's child, whose first commit (`encode()`: the framed
+        commit and its checkpoint header, see `Session.fork_commit`) is the whole of
+        its log: written straight into the segment, with no Session object. Its
+        result: the commit's length (the child's log end) and the header.
+
+        In a spare, the identity and the commit are written, and fdatasynced, through
+        the spare's open descriptors: the identity first, its sync handed to a pool
+        thread at once, which then wakes while the commit is encoded; the commit's
+        sync as soon as it is written (FORMAT.md section 9)."""
         spare = self.spares.take()
         if spare is not None:
             try:
@@ -720,17 +726,21 @@ class Store:
         tmp = spare.path if spare is not None else self._build_session_dir(identity)
         try:
             if spare is not None:
+                # fdatasync: the file keeps its size (`build_spare`)
+                syncs.append(
+                    fsio.start_sync(
+                        [], [], [], open_data_files=[(spare.identity_fd, spare.identity_path)]
+                    )
+                )
+            commit, header = encode()
+            if spare is not None:
                 fsio.pwrite(spare.segment_fd, commit, SEGMENT_HEADER_SIZE, spare.segment_path)
                 syncs.append(
                     fsio.start_sync(
                         [],
                         [],
                         [],
-                        # fdatasync both: neither file's size changes (`build_spare`)
-                        open_data_files=[
-                            (spare.segment_fd, spare.segment_path),
-                            (spare.identity_fd, spare.identity_path),
-                        ],
+                        open_data_files=[(spare.segment_fd, spare.segment_path)],
                         begun=True,
                     )
                 )
@@ -750,7 +760,8 @@ class Store:
             shutil.rmtree(tmp, ignore_errors=True)
             self.spares.refill_soon()
             raise
-        return _Staged(self, tmp, self.session_dir(identity.session_id), None, syncs, spare)
+        built = (len(commit), header)
+        return _Staged(self, tmp, self.session_dir(identity.session_id), built, syncs, spare)
 
     @_guard
     def message_accepted(self, session_id: str, submission_id: str) -> bool:
@@ -1341,25 +1352,28 @@ class Store:
         # a child that fails it is removed unpublished.
         now = int(time.time())
         ident = SessionIdentity(cp.session_id, parent_session_id, parent_sequence, now)
+
         # The child's whole log, built from the arguments alone: no Session object is
         # opened for it (its first open reads this one commit, as after any fork).
-        try:
-            commit, header = Session.fork_commit(cp, now, self.options.max_record_bytes)
-        except Exception:
-            validate.validate_checkpoint(cp)  # a value the encoder refuses: say which
-            raise
+        def encode() -> tuple[bytes, bytes]:
+            try:
+                return Session.fork_commit(cp, now, self.options.max_record_bytes)
+            except Exception:
+                validate.validate_checkpoint(cp)  # a value the encoder refuses: say which
+                raise
 
         # The child is written, and its syncs started, before the tree lock is taken:
         # it depends on nothing but the arguments, and its syncs then run while the
         # parent is checked. It stays private (in tmp/) until published below, and is
         # removed, having changed nothing, when a check fails.
-        with self._stage_fork(ident, commit) as staged:
+        with self._stage_fork(ident, encode) as staged:
+            end, header = staged.result
             # While the syncs run: the child's validation, and its catalog entry.
             validate.validate_checkpoint(cp)
             summary = _fork_summary(ident, header, cp.first_user_message)
 
-            def announce(_: None) -> None:
-                self._catalog_publish(cp.session_id, summary, len(commit), cp.sequence, None)
+            def announce(_: tuple[int, bytes]) -> None:
+                self._catalog_publish(cp.session_id, summary, end, cp.sequence, None)
 
             with self.tree.locked():
                 parent = self._session(parent_session_id)
