@@ -21,14 +21,17 @@ SLUG_MAX = 24
 
 
 _BASE32 = "abcdefghijklmnopqrstuvwxyz234567"  # RFC 4648's alphabet, lowercased
+_BASE32_PAIRS = [a + b for a in _BASE32 for b in _BASE32]  # 10 bits -> 2 characters
+_SHIFTS = range(120, -1, -10)
 
 
 @functools.lru_cache(maxsize=8192)  # called on every store call; hashing is not free
 def dir_name(ident: str) -> str:
     digest = hashlib.sha256(ident.encode("utf-8")).digest()
-    # The first 26 characters of its base32 encoding: its first 130 bits, 5 at a
+    # The first 26 characters of its base32 encoding: its first 130 bits, 10 at a
     # time (base64.b32encode is pure Python, and encodes all 256 bits).
     bits = int.from_bytes(digest[:17], "big") >> 6
-    tag = "".join([_BASE32[(bits >> shift) & 31] for shift in range(125, -1, -5)])
+    pairs = _BASE32_PAIRS
+    tag = "".join([pairs[(bits >> shift) & 1023] for shift in _SHIFTS])
     slug = _SLUG_BAD.sub("_", ident.lower())[:SLUG_MAX].strip("_")
     return f"{slug}-{tag}" if slug else tag

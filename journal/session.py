@@ -407,19 +407,28 @@ class Session:
         fsio.sync_all(data_files=[segment, identity], files=[], dirs=[log_dir, directory])
 
     @staticmethod
-    def fill_spare(directory: str, identity: SessionIdentity, identity_fd: int = -1) -> None:
+    def fill_spare(
+        directory: str,
+        identity: SessionIdentity,
+        identity_fd: int = -1,
+        paths: tuple[str, str] | None = None,
+    ) -> None:
         """Make a directory from `build_spare` (or `_lay_out`) the private build of
         this session: write its identity at the start of its identity file, which
         holds zeros (or nothing) until then; bytes after the record are ignored.
 
         `identity_fd`: its identity file, open for reading and writing already (a
-        `Spare`'s); otherwise it is opened here and closed again.
+        `Spare`'s); otherwise it is opened here and closed again. `paths`: its
+        identity file's and first segment's paths, if known already.
         """
-        path = os.path.join(directory, IDENTITY_FILE)
+        path, segment = paths or (
+            os.path.join(directory, IDENTITY_FILE),
+            os.path.join(directory, LOG_DIR, segment_name(0)),
+        )
         # `access` and `pread`, not stats: a stat of a file about to be written makes
         # its fdatasync slower (see `Log.writer_at`); the segment's first commit and
         # this identity are both synced on the way to publishing the session.
-        if not os.access(os.path.join(directory, LOG_DIR, segment_name(0)), os.F_OK):
+        if not os.access(segment, os.F_OK):
             raise StorageError(f"spare session directory {directory} lacks its log")
         if identity_fd >= 0 and not os.access(path, os.F_OK):
             # the descriptor's file lost its name: the directory would lack its identity

@@ -35,7 +35,8 @@ import uuid
 
 from . import fsio
 from .errors import JournalError
-from .session import Session
+from .locks import FileLock
+from .session import LOCK_FILE, Session, SessionIdentity
 
 SPARE_PREFIX = "spare-"
 MAX_AGE = 300.0  # seconds; tmp/ cleanup removes entries older than 600
@@ -51,32 +52,49 @@ class Spare:
     through them have finished), or `discard` the whole spare.
     """
 
-    __slots__ = ("built", "identity_fd", "path", "segment_fd")
+    __slots__ = (
+        "built",
+        "identity_fd",
+        "identity_path",
+        "lock",
+        "path",
+        "segment_fd",
+        "segment_path",
+    )
 
-    def __init__(self, path: str, built: float, identity_fd: int, segment_fd: int) -> None:
+    def __init__(
+        self, path: str, built: float, identity_fd: int, segment_fd: int, lock: FileLock
+    ) -> None:
         self.path = path
         self.built = built
         self.identity_fd = identity_fd
         self.segment_fd = segment_fd
+        self.lock = lock  # its LOCK file, open: what publishing it locks (`_Staged`)
+        # made here, by the refiller: the new session's critical path joins no path
+        self.identity_path = Session.identity_file(path)
+        self.segment_path = Session.segment_files(path)[0]
 
     @classmethod
     def open(cls, path: str) -> Spare:
         """The spare `Session.build_spare` laid out at `path`, its two files opened."""
         identity_fd = os.open(Session.identity_file(path), os.O_RDWR)
+        lock = FileLock(os.path.join(path, LOCK_FILE), "a session being published")
         try:
             segment_fd = os.open(Session.segment_files(path)[0], os.O_WRONLY)
+            try:
+                lock.open()
+            except BaseException:
+                os.close(segment_fd)
+                raise
         except BaseException:
             os.close(identity_fd)
             raise
-        return cls(path, time.monotonic(), identity_fd, segment_fd)
+        return cls(path, time.monotonic(), identity_fd, segment_fd, lock)
 
-    @property
-    def identity_path(self) -> str:
-        return Session.identity_file(self.path)
-
-    @property
-    def segment_path(self) -> str:
-        return Session.segment_files(self.path)[0]
+    def fill(self, identity: SessionIdentity) -> None:
+        """Write the new session's identity into it (`Session.fill_spare`)."""
+        paths = (self.identity_path, self.segment_path)
+        Session.fill_spare(self.path, identity, self.identity_fd, paths)
 
     def close(self) -> None:
         """Close its descriptors (the directory stays)."""
@@ -85,6 +103,8 @@ class Spare:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self.identity_fd = self.segment_fd = -1
+        with contextlib.suppress(OSError):
+            self.lock.close()
 
     def discard(self) -> None:
         """Close it and remove its directory."""

@@ -684,7 +684,7 @@ class Store:
         spare = self.spares.take()
         if spare is not None:
             try:
-                Session.fill_spare(spare.path, identity, spare.identity_fd)
+                spare.fill(identity)
                 syncing = fsio.start_sync(  # its size does not change: fdatasync
                     [], [], [], open_data_files=[(spare.identity_fd, spare.identity_path)]
                 )
@@ -718,7 +718,7 @@ class Store:
         spare = self.spares.take()
         if spare is not None:
             try:
-                Session.fill_spare(spare.path, identity, spare.identity_fd)
+                spare.fill(identity)
             except (OSError, JournalError):
                 spare.discard()  # not usable: build one
                 spare = None
@@ -1717,7 +1717,11 @@ class _Staged(Generic[T]):
         parent = os.path.dirname(self.path)
         # The new session's write lock is held until its name is durable: no other
         # writer commits into a session that a power loss could still take away.
-        guard = FileLock(os.path.join(self.tmp, LOCK_FILE), "a session being published")
+        guard = (  # a spare's is open already
+            self._spare.lock
+            if self._spare is not None
+            else FileLock(os.path.join(self.tmp, LOCK_FILE), "a session being published")
+        )
         try:
             # Always free (nobody else knows tmp/); acquire() also writes the holder
             # line, which names us to a writer that waits for it meanwhile.

@@ -438,8 +438,8 @@ def test_a_fork_from_a_spare_opens_no_session_and_none_of_the_childs_files(
 ) -> None:
     """The child's first commit is its whole log, built from the arguments: it is
     written, and it and the identity synced, through the spare's descriptors (opened
-    when the spare was built), with no Session object for the child (its first use
-    opens it from that one commit)."""
+    when the spare was built, its LOCK too, which publishing takes), with no Session
+    object for the child (its first use opens it from that one commit)."""
     store = journal.open(tmp_path / "s")
     try:
         store.save(_child("parent"))
@@ -462,7 +462,7 @@ def test_a_fork_from_a_spare_opens_no_session_and_none_of_the_childs_files(
         monkeypatch.undo()
         assert "child" not in sessions
         spares_dir = os.path.join(str(tmp_path / "s"), "tmp")
-        child_files = [p for p in opened if p.startswith(spares_dir) and not p.endswith(LOCK_FILE)]
+        child_files = [p for p in opened if p.startswith(spares_dir)]  # LOCK included
         assert child_files == [], child_files
         assert summary.parent_session_id == "parent" and summary.sequence == 0
         assert store.load("child") == _child("child")  # opened from its one commit
