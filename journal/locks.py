@@ -91,6 +91,10 @@ class FileLock:
         # locked by someone else in this process meanwhile (the line cannot tell).
         self.acquisitions = 0
 
+    def open(self) -> None:
+        """Open the lock file now, without locking it (`acquire` opens it otherwise)."""
+        self._open()
+
     def _open(self) -> int:
         if self._generation != _generation:
             self._forget_inherited()

@@ -51,8 +51,15 @@ from .index import (
     IndexDoubtError,
 )
 from .locks import FileLock
-from .log import KIND_SESSION, Log, ScanState, segment_name
-from .metafile import KIND_IDENTITY, KIND_SNAPSHOT, encode_meta, read_meta, write_meta
+from .log import KIND_SESSION, SEGMENT_HEADER_SIZE, Log, ScanState, segment_name
+from .metafile import (
+    KIND_IDENTITY,
+    KIND_SNAPSHOT,
+    META_HEADER_SIZE,
+    encode_meta,
+    read_meta,
+    write_meta,
+)
 from .payloads import (
     COMMIT_FORK,
     COMMIT_SAVE,
@@ -88,6 +95,11 @@ LOCK_FILE = "LOCK"
 SNAPSHOT_FILE = "snapshot"
 LOG_DIR = "log"
 FORMAT_VERSION = 1
+# A spare's files are laid out at these sizes, zero-filled and synced (`build_spare`):
+# the first commit and the identity then overwrite allocated space, and their syncs
+# flush data, not new file sizes (FORMAT.md section 9).
+SPARE_SEGMENT_ZEROS = 64 << 10  # after the segment header: a writer's first preallocation
+SPARE_IDENTITY_BYTES = 4096  # one block: an identity with ids of usual lengths
 
 
 class SessionIdentity(msgspec.Struct):
@@ -371,38 +383,66 @@ class Session:
     def build_spare(directory: str) -> None:
         """Lay out an empty session directory ahead of need, every entry durable.
 
-        The layout of `build` with an empty identity file: log/ with its first
-        segment (header only), LOCK, SESSION, each directory synced after its
-        entries. `fill_spare` later only writes the identity in place, so a new
-        session's critical path creates no file and syncs no directory but
-        `sessions/` (see `Store._stage`).
+        The layout of `build` with no identity yet: log/ with its first segment
+        (its header, then `SPARE_SEGMENT_ZEROS` zero bytes), LOCK, SESSION
+        (`SPARE_IDENTITY_BYTES` zero bytes), each file synced and each directory
+        synced after its entries. `fill_spare` later only writes the identity in
+        place, so a new session's critical path creates no file, syncs no directory
+        but `sessions/`, and its two file syncs persist no new file size (see
+        `Store._stage`).
         """
         Session._lay_out(directory)
         log_dir = os.path.join(directory, LOG_DIR)
-        fsio.sync_all(
-            data_files=[os.path.join(log_dir, segment_name(0))],
-            files=[],
-            dirs=[log_dir, directory],
-        )
+        segment = os.path.join(log_dir, segment_name(0))
+        identity = os.path.join(directory, IDENTITY_FILE)
+        for path, offset, size in (
+            (segment, SEGMENT_HEADER_SIZE, SPARE_SEGMENT_ZEROS),
+            (identity, 0, SPARE_IDENTITY_BYTES),
+        ):
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                fsio.pwrite(fd, bytes(size), offset, path)
+            finally:
+                os.close(fd)
+        fsio.sync_all(data_files=[segment, identity], files=[], dirs=[log_dir, directory])
 
     @staticmethod
-    def fill_spare(directory: str, identity: SessionIdentity) -> None:
-        """Make a directory from `build_spare` the private build of this session."""
-        path = os.path.join(directory, IDENTITY_FILE)
-        # `access` and `lseek`, not stats: a stat of a file about to be written makes
+    def fill_spare(
+        directory: str,
+        identity: SessionIdentity,
+        identity_fd: int = -1,
+        paths: tuple[str, str] | None = None,
+    ) -> None:
+        """Make a directory from `build_spare` (or `_lay_out`) the private build of
+        this session: write its identity at the start of its identity file, which
+        holds zeros (or nothing) until then; bytes after the record are ignored.
+
+        `identity_fd`: its identity file, open for reading and writing already (a
+        `Spare`'s); otherwise it is opened here and closed again. `paths`: its
+        identity file's and first segment's paths, if known already.
+        """
+        path, segment = paths or (
+            os.path.join(directory, IDENTITY_FILE),
+            os.path.join(directory, LOG_DIR, segment_name(0)),
+        )
+        # `access` and `pread`, not stats: a stat of a file about to be written makes
         # its fdatasync slower (see `Log.writer_at`); the segment's first commit and
         # this identity are both synced on the way to publishing the session.
-        if not os.access(os.path.join(directory, LOG_DIR, segment_name(0)), os.F_OK):
+        if not os.access(segment, os.F_OK):
             raise StorageError(f"spare session directory {directory} lacks its log")
-        # Written in place into the empty file `_lay_out` made (no O_TRUNC: truncating
-        # even an empty file cost more than the write here).
-        fd = os.open(path, os.O_WRONLY)
+        if identity_fd >= 0 and not os.access(path, os.F_OK):
+            # the descriptor's file lost its name: the directory would lack its identity
+            raise StorageError(f"spare session directory {directory} lacks its identity file")
+        # Written in place into the file `_lay_out` made (no O_TRUNC: truncating even
+        # an empty file cost more than the write here).
+        fd = identity_fd if identity_fd >= 0 else os.open(path, os.O_RDWR)
         try:
-            if os.lseek(fd, 0, os.SEEK_END):
+            if os.pread(fd, META_HEADER_SIZE, 0).strip(b"\0"):
                 raise StorageError(f"spare session directory {directory} has an identity already")
             fsio.pwrite(fd, encode_meta(KIND_IDENTITY, _encode(identity)), 0, path)
         finally:
-            os.close(fd)
+            if identity_fd < 0:
+                os.close(fd)
 
     @staticmethod
     def identity_file(directory: str) -> str:
@@ -921,11 +961,8 @@ class Session:
             state = self._catch_up(strict=True)
         return state
 
-    def commit(
-        self, records: list[tuple[int, Any]], kind: int, cp_seq: int, *, compress: bool = True
-    ) -> int:
-        """Frame, write and apply one commit (caller holds `writing()`); return its end.
-        Without `compress`, no record is compressed (FORMAT.md section 3)."""
+    def commit(self, records: list[tuple[int, Any]], kind: int, cp_seq: int) -> int:
+        """Frame, write and apply one commit (caller holds `writing()`); return its end."""
         start = self.log.writer_end
         frames: list[bytes] = []
         recs: list[Record] = []
@@ -936,7 +973,7 @@ class Session:
             payload = _encode(obj)
             if len(payload) > self.options.max_record_bytes:
                 raise_too_large(rtype, len(payload), self.options.max_record_bytes)
-            data = frame(rtype, payload, commit=False, compress=compress)
+            data = frame(rtype, payload, commit=False)
             frames.append(data)
             recs.append(Record(pos, len(data), rtype, 0, b""))
             objs.append(obj)
@@ -1027,6 +1064,38 @@ class Session:
             self.log.wait_durable(end)
 
     # ------------------------------------------------------------------ saving
+    @staticmethod
+    def fork_commit(checkpoint: Checkpoint, now: int, max_record_bytes: int) -> tuple[bytes, bytes]:
+        """The first commit of a fork's child, framed: its whole log after the segment
+        header (FORMAT.md section 3: commit kind 2, its records not compressed), and
+        the checkpoint header in it. Built without a `Session`: the child's log is
+        empty and nobody else knows it, so there is no head to plan against. The
+        transcript batch 0 is the context, each item encoded once for both.
+        """
+        header = _encode(msgspec.structs.replace(checkpoint, context=[]))
+        items = [msgspec.Raw(_encode(item)) for item in checkpoint.context]
+        seq = checkpoint.sequence
+        receipts: list[str] = list(dict.fromkeys(m.id for m in checkpoint.pending_messages))
+        records: list[tuple[int, Any]] = [
+            (
+                CHECKPOINT,
+                CheckpointPayload(
+                    seq, now, checkpoint.context_epoch, 0, -1, msgspec.Raw(header), items, receipts
+                ),
+            )
+        ]
+        if items:
+            records.append((TRANSCRIPT, TranscriptPayload(seq, now, items)))
+        frames: list[bytes] = []
+        for rtype, obj in records:
+            payload = _encode(obj)
+            if len(payload) > max_record_bytes:
+                raise_too_large(rtype, len(payload), max_record_bytes)
+            frames.append(frame(rtype, payload, commit=False, compress=False))
+        closing = CommitPayload(COMMIT_FORK, seq, 0, 0, int(time.time() * 1000))
+        frames.append(frame(COMMIT, _encode(closing), commit=True, compress=False))
+        return b"".join(frames), header
+
     def save(
         self,
         checkpoint: Checkpoint,
@@ -1036,7 +1105,6 @@ class Session:
         *,
         now: int,
         on_commit: Callable[[], None] | None = None,
-        fork: bool = False,
         checked_from: int = 0,
     ) -> list[JournalEvent]:
         """The body of `save_with_events` (validated input).
@@ -1050,9 +1118,7 @@ class Session:
         `on_commit` runs right after the commit, still under the session's write
         lock: the catalog upsert goes there, so that it cannot land after the
         catalog's delete record of a delete that began after this commit (a delete
-        takes every session lock first). `fork`: the first commit of a fork's child,
-        whose transcript delta is its whole context (commit kind 2, its records not
-        compressed: FORMAT.md section 3).
+        takes every session lock first). A fork's first commit is `fork_commit`.
         """
         header = msgspec.Raw(_encode(msgspec.structs.replace(checkpoint, context=[])))
         transcript_items = [msgspec.Raw(_encode(item)) for item in transcript_delta]
@@ -1064,17 +1130,13 @@ class Session:
                     f"{head.sequence}, got {checkpoint.sequence})"
                 )
             stored = head.context if head.sequence >= 0 else None
-            tail: list[bytes] | list[msgspec.Raw]
-            if fork and stored is None:  # its transcript is its context: encoded once
-                base, tail = 0, transcript_items
-            else:
-                base, tail = plan_context(
-                    stored,
-                    head.epoch,
-                    checkpoint.context,
-                    checkpoint.context_epoch,
-                    joined=self._joined_context() if stored is not None else None,
-                )
+            base, tail = plan_context(
+                stored,
+                head.epoch,
+                checkpoint.context,
+                checkpoint.context_epoch,
+                joined=self._joined_context() if stored is not None else None,
+            )
             for index in range(base, min(checked_from, len(checkpoint.context))):
                 check_json_value(checkpoint.context[index], f"checkpoint.context[{index}]")
             seq = checkpoint.sequence
@@ -1141,8 +1203,7 @@ class Session:
                                 stream_metrics=metrics,
                             )
                         )
-                    kind = COMMIT_FORK if fork else COMMIT_SAVE
-                    end = self.commit(records, kind, seq, compress=not fork)
+                    end = self.commit(records, COMMIT_SAVE, seq)
                 except BaseException:
                     eventrules.undo(rules, changes)
                     raise

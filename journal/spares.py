@@ -8,6 +8,10 @@ time (`Session.build_spare`): taking one leaves the identity to write in place
 starts once it is written), and the rename that publishes it once both are
 durable, followed by the sync of `sessions/` (`Store._stage`).
 
+A spare is kept with its identity file and its first segment open for writing
+(`Spare`): the new session writes both, and syncs both, through those
+descriptors, so its critical path opens no file either.
+
 A spare is garbage until that rename, like any half-built directory in tmp/:
 a crash leaves it for `Store._clean_tmp`, which removes tmp/ entries older than
 ten minutes. So a spare is used only while it is younger than five: another
@@ -31,11 +35,81 @@ import uuid
 
 from . import fsio
 from .errors import JournalError
-from .session import Session
+from .locks import FileLock
+from .session import LOCK_FILE, Session, SessionIdentity
 
 SPARE_PREFIX = "spare-"
 MAX_AGE = 300.0  # seconds; tmp/ cleanup removes entries older than 600
 IDLE_EXIT = 30.0  # seconds without a refill request before the refiller thread exits
+
+
+class Spare:
+    """A spare directory ready for use, with its identity file and its first segment
+    open for writing (opened when it was built, off the critical path: the new
+    session writes and syncs them through these descriptors, opening nothing).
+
+    Whoever takes it owns the descriptors: `close` them once done (after the syncs
+    through them have finished), or `discard` the whole spare.
+    """
+
+    __slots__ = (
+        "built",
+        "identity_fd",
+        "identity_path",
+        "lock",
+        "path",
+        "segment_fd",
+        "segment_path",
+    )
+
+    def __init__(
+        self, path: str, built: float, identity_fd: int, segment_fd: int, lock: FileLock
+    ) -> None:
+        self.path = path
+        self.built = built
+        self.identity_fd = identity_fd
+        self.segment_fd = segment_fd
+        self.lock = lock  # its LOCK file, open: what publishing it locks (`_Staged`)
+        # made here, by the refiller: the new session's critical path joins no path
+        self.identity_path = Session.identity_file(path)
+        self.segment_path = Session.segment_files(path)[0]
+
+    @classmethod
+    def open(cls, path: str) -> Spare:
+        """The spare `Session.build_spare` laid out at `path`, its two files opened."""
+        identity_fd = os.open(Session.identity_file(path), os.O_RDWR)
+        lock = FileLock(os.path.join(path, LOCK_FILE), "a session being published")
+        try:
+            segment_fd = os.open(Session.segment_files(path)[0], os.O_WRONLY)
+            try:
+                lock.open()
+            except BaseException:
+                os.close(segment_fd)
+                raise
+        except BaseException:
+            os.close(identity_fd)
+            raise
+        return cls(path, time.monotonic(), identity_fd, segment_fd, lock)
+
+    def fill(self, identity: SessionIdentity) -> None:
+        """Write the new session's identity into it (`Session.fill_spare`)."""
+        paths = (self.identity_path, self.segment_path)
+        Session.fill_spare(self.path, identity, self.identity_fd, paths)
+
+    def close(self) -> None:
+        """Close its descriptors (the directory stays)."""
+        for fd in (self.identity_fd, self.segment_fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.identity_fd = self.segment_fd = -1
+        with contextlib.suppress(OSError):
+            self.lock.close()
+
+    def discard(self) -> None:
+        """Close it and remove its directory."""
+        self.close()
+        shutil.rmtree(self.path, ignore_errors=True)
 
 
 class SparePool:
@@ -44,7 +118,7 @@ class SparePool:
     def __init__(self, tmp_dir: str, *, target: int = 2) -> None:
         self.tmp_dir = tmp_dir
         self.target = target
-        self._ready: list[tuple[str, float]] = []  # (path, when built)
+        self._ready: list[Spare] = []
         self._lock = threading.Lock()
         # One refiller thread, woken through `_wake` while refills keep coming
         # (it exits after IDLE_EXIT): starting a thread per refill cost the caller
@@ -57,18 +131,18 @@ class SparePool:
         self._closed = False
         self._pid = os.getpid()
 
-    def take(self) -> str | None:
-        """A ready spare directory (now the caller's), or None."""
+    def take(self) -> Spare | None:
+        """A ready spare directory (now the caller's, descriptors and all), or None."""
         if os.getpid() != self._pid:
             return None  # a forked child: these spares are its parent's to use
         while True:
             with self._lock:
                 if not self._ready:
                     return None
-                path, built = self._ready.pop(0)  # the oldest first: none grows too old
-            if time.monotonic() - built < MAX_AGE:
-                return path
-            shutil.rmtree(path, ignore_errors=True)  # too old to be sure it is still ours
+                spare = self._ready.pop(0)  # the oldest first: none grows too old
+            if time.monotonic() - spare.built < MAX_AGE:
+                return spare
+            spare.discard()  # too old to be sure it is still ours
 
     def refill_soon(self) -> None:
         """Top the pool up: in the background thread, or here (see the module doc)."""
@@ -119,15 +193,17 @@ class SparePool:
             path = os.path.join(self.tmp_dir, f"{SPARE_PREFIX}{uuid.uuid4().hex}")
             try:
                 Session.build_spare(path)
+                spare = Spare.open(path)
             except (OSError, JournalError):
                 # Best effort: a new session then builds its directory itself.
                 shutil.rmtree(path, ignore_errors=True)
                 return
             with self._lock:
-                if self._closed:
-                    shutil.rmtree(path, ignore_errors=True)
-                    return
-                self._ready.append((path, time.monotonic()))
+                if not self._closed:
+                    self._ready.append(spare)
+                    continue
+            spare.discard()
+            return
 
     def wait(self) -> None:
         """Until no refill is asked for or running (benchmarks that must not overlap it)."""
@@ -151,5 +227,5 @@ class SparePool:
             refiller.join()
         with self._lock:
             ready, self._ready = self._ready, []
-        for path, _ in ready:
-            shutil.rmtree(path, ignore_errors=True)
+        for spare in ready:
+            spare.discard()

@@ -52,10 +52,11 @@ from .errors import (
 )
 from .index import KIND_EXECUTIONS
 from .locks import FileLock
+from .log import SEGMENT_HEADER_SIZE
 from .metafile import KIND_MANIFEST, read_meta, write_meta
 from .naming import dir_name
 from .session import LOCK_FILE, Session, SessionGone, SessionIdentity, SessionOptions
-from .spares import SparePool
+from .spares import Spare, SparePool
 from .state import StateStore
 from .tree import DeleteIntent, Tree
 from .types import (
@@ -651,7 +652,7 @@ class Store:
     def _stage(self, identity: SessionIdentity, write: Callable[[Session], T]) -> _Staged[T]:
         """A new session built in private with its first commit written by `write`,
         its syncs running (see `_Staged`); nothing is visible yet."""
-        tmp, identity_sync = self._new_session_dir(identity)
+        tmp, identity_sync, spare = self._new_session_dir(identity)
         syncs = [] if identity_sync is None else [identity_sync]
         sealing: list[fsio.Syncing] = []
 
@@ -675,29 +676,101 @@ class Store:
         except BaseException:
             for syncing in syncs:
                 syncing.wait_quietly()
+            if spare is not None:
+                spare.close()
             shutil.rmtree(tmp, ignore_errors=True)
             self.spares.refill_soon()
             raise
-        return _Staged(self, tmp, self.session_dir(identity.session_id), result, syncs)
+        return _Staged(self, tmp, self.session_dir(identity.session_id), result, syncs, spare)
 
-    def _new_session_dir(self, identity: SessionIdentity) -> tuple[str, fsio.Syncing | None]:
+    def _new_session_dir(
+        self, identity: SessionIdentity
+    ) -> tuple[str, fsio.Syncing | None, Spare | None]:
         """A private directory for a new session, for the caller to write its first
         commit into and publish (`_stage`): a spare if one is ready, with the sync of its
-        identity file under way, else one built now (and None)."""
+        identity file under way (and the spare, whose descriptors the caller closes once
+        that sync is done), else one built now (and None, None)."""
         spare = self.spares.take()
         if spare is not None:
             try:
-                Session.fill_spare(spare, identity)
-                return spare, fsio.start_sync([], [Session.identity_file(spare)], [])
+                spare.fill(identity)
+                syncing = fsio.start_sync(  # its size does not change: fdatasync
+                    [], [], [], open_data_files=[(spare.identity_fd, spare.identity_path)]
+                )
+                return spare.path, syncing, spare
             except (OSError, JournalError):
-                shutil.rmtree(spare, ignore_errors=True)  # not usable: build one
+                spare.discard()  # not usable: build one
+        return self._build_session_dir(identity), None, None
+
+    def _build_session_dir(self, identity: SessionIdentity) -> str:
+        """A new session's private directory built on the spot (no spare), unsynced."""
         tmp = os.path.join(self.root, TMP_DIR, f"new-{uuid.uuid4().hex}")
         try:
             Session.build(tmp, identity)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        return tmp, None
+        return tmp
+
+    def _stage_fork(
+        self, identity: SessionIdentity, encode: Callable[[], tuple[bytes, bytes]]
+    ) -> _Staged[tuple[int, bytes]]:
+        """`_stage` for a fork's child, whose first commit (`encode()`: the framed
+        commit and its checkpoint header, see `Session.fork_commit`) is the whole of
+        its log: written straight into the segment, with no Session object. Its
+        result: the commit's length (the child's log end) and the header.
+
+        In a spare, the identity and the commit are written, and fdatasynced, through
+        the spare's open descriptors: the identity first, its sync handed to a pool
+        thread at once, which then wakes while the commit is encoded; the commit's
+        sync as soon as it is written (FORMAT.md section 9)."""
+        spare = self.spares.take()
+        if spare is not None:
+            try:
+                spare.fill(identity)
+            except (OSError, JournalError):
+                spare.discard()  # not usable: build one
+                spare = None
+        syncs: list[fsio.Syncing] = []
+        tmp = spare.path if spare is not None else self._build_session_dir(identity)
+        try:
+            if spare is not None:
+                # fdatasync: the file keeps its size (`build_spare`)
+                syncs.append(
+                    fsio.start_sync(
+                        [], [], [], open_data_files=[(spare.identity_fd, spare.identity_path)]
+                    )
+                )
+            commit, header = encode()
+            if spare is not None:
+                fsio.pwrite(spare.segment_fd, commit, SEGMENT_HEADER_SIZE, spare.segment_path)
+                syncs.append(
+                    fsio.start_sync(
+                        [],
+                        [],
+                        [],
+                        open_data_files=[(spare.segment_fd, spare.segment_path)],
+                        begun=True,
+                    )
+                )
+            else:
+                segment = Session.segment_files(tmp)[0]
+                fd = os.open(segment, os.O_WRONLY)
+                try:
+                    fsio.pwrite(fd, commit, SEGMENT_HEADER_SIZE, segment)
+                finally:
+                    os.close(fd)
+                syncs.append(Session.start_seal(tmp, spare=False))
+        except BaseException:
+            for syncing in syncs:
+                syncing.wait_quietly()
+            if spare is not None:
+                spare.close()
+            shutil.rmtree(tmp, ignore_errors=True)
+            self.spares.refill_soon()
+            raise
+        built = (len(commit), header)
+        return _Staged(self, tmp, self.session_dir(identity.session_id), built, syncs, spare)
 
     @_guard
     def message_accepted(self, session_id: str, submission_id: str) -> bool:
@@ -1282,56 +1355,66 @@ class Store:
         cp: Checkpoint = _coerce(checkpoint, Checkpoint, "checkpoint")
         validate.validate_session_id(cp.session_id)
         validate.validate_fork_child(parent_session_id, cp)
-        validate.validate_checkpoint(cp)
+        # The rest of the child's validation (validate_checkpoint: its version, its
+        # types and integer ranges, the JSON walk of its metadata and context) runs
+        # below, while the child's syncs do: nothing is visible before it passes, and
+        # a child that fails it is removed unpublished.
         now = int(time.time())
         ident = SessionIdentity(cp.session_id, parent_session_id, parent_sequence, now)
 
-        def write(child: Session) -> tuple[SessionSummary, int]:
-            child.save(cp, list(cp.context), None, [], now=now, fork=True)
-            # The catalog entry comes from the child as built: the published
-            # directory is opened when something first uses it, not here.
-            summary, covered = self._summary_of(child)
-            assert summary is not None
-            return summary, covered
+        # The child's whole log, built from the arguments alone: no Session object is
+        # opened for it (its first open reads this one commit, as after any fork).
+        def encode() -> tuple[bytes, bytes]:
+            try:
+                return Session.fork_commit(cp, now, self.options.max_record_bytes)
+            except Exception:
+                validate.validate_checkpoint(cp)  # a value the encoder refuses: say which
+                raise
 
-        def announce(built: tuple[SessionSummary, int]) -> None:
-            self._catalog_publish(cp.session_id, *built, cp.sequence, None)
-
-        # The child is built, and its syncs started, before the tree lock is taken:
+        # The child is written, and its syncs started, before the tree lock is taken:
         # it depends on nothing but the arguments, and its syncs then run while the
         # parent is checked. It stays private (in tmp/) until published below, and is
         # removed, having changed nothing, when a check fails.
-        with self._stage(ident, write) as staged, self.tree.locked():
-            parent = self._session(parent_session_id)
-            if parent is not None:
-                parent.refresh()
-            if parent is None or not parent.exists:
-                raise NotFoundError(f"fork parent does not exist: {parent_session_id!r}")
-            if parent_sequence > parent.head.sequence:
-                raise ContractViolationError(
-                    f"fork point is newer than the parent checkpoint ({parent_sequence} >"
-                    f" {parent.head.sequence}, parent {parent_session_id!r})"
-                )
-            if self._session(cp.session_id) is not None:
-                raise ContractViolationError(f"session {cp.session_id!r} already exists")
-            # The child must not outlive its fork point: make the parent's commits
-            # written so far durable (a save on it may still be syncing them, here
-            # or in another process; its older segments were synced when sealed)
-            # before the child is published. The parent's directory entry becomes
-            # durable with the child's: both are in sessions/, synced last. Skipped
-            # when this process synced them already (its own durable saves, or the
-            # sync of an earlier fork at the same parent position).
-            parent_covered = parent.head.covered
-            parent_sync: fsio.Syncing | None = None
-            if parent.log.durable_to < parent_covered:
-                parent_sync = fsio.start_sync([parent.log.segments[-1].path], [], [])
-            self.registry.note(os.path.basename(staged.path))
-            if not staged.publish(announce, wait_for=parent_sync):
-                # another process created it since the check above
-                raise ContractViolationError(f"session {cp.session_id!r} already exists")
-            if parent_sync is not None:
-                parent.log.note_durable(parent_covered)
-            return staged.result[0]
+        with self._stage_fork(ident, encode) as staged:
+            end, header = staged.result
+            # While the syncs run: the child's validation, and its catalog entry.
+            validate.validate_checkpoint(cp)
+            summary = _fork_summary(ident, header, cp.first_user_message)
+
+            def announce(_: tuple[int, bytes]) -> None:
+                self._catalog_publish(cp.session_id, summary, end, cp.sequence, None)
+
+            with self.tree.locked():
+                parent = self._session(parent_session_id)
+                if parent is not None:
+                    parent.refresh()
+                if parent is None or not parent.exists:
+                    raise NotFoundError(f"fork parent does not exist: {parent_session_id!r}")
+                if parent_sequence > parent.head.sequence:
+                    raise ContractViolationError(
+                        f"fork point is newer than the parent checkpoint ({parent_sequence} >"
+                        f" {parent.head.sequence}, parent {parent_session_id!r})"
+                    )
+                if self._session(cp.session_id) is not None:
+                    raise ContractViolationError(f"session {cp.session_id!r} already exists")
+                # The child must not outlive its fork point: make the parent's commits
+                # written so far durable (a save on it may still be syncing them, here
+                # or in another process; its older segments were synced when sealed)
+                # before the child is published. The parent's directory entry becomes
+                # durable with the child's: both are in sessions/, synced last. Skipped
+                # when this process synced them already (its own durable saves, or the
+                # sync of an earlier fork at the same parent position).
+                parent_covered = parent.head.covered
+                parent_sync: fsio.Syncing | None = None
+                if parent.log.durable_to < parent_covered:
+                    parent_sync = fsio.start_sync([parent.log.segments[-1].path], [], [])
+                self.registry.note(os.path.basename(staged.path))
+                if not staged.publish(announce, wait_for=parent_sync):
+                    # another process created it since the check above
+                    raise ContractViolationError(f"session {cp.session_id!r} already exists")
+                if parent_sync is not None:
+                    parent.log.note_durable(parent_covered)
+                return summary
 
     @_guard
     def fork_at(
@@ -1580,6 +1663,31 @@ class _SummaryFields(msgspec.Struct):
     execution_stats: ExecutionStats = msgspec.field(default_factory=ExecutionStats)
 
 
+_decode_summary_fields = msgspec.msgpack.Decoder(_SummaryFields).decode
+
+
+def _fork_summary(
+    identity: SessionIdentity, header: bytes, first_user_message: str | None
+) -> SessionSummary:
+    """A fork child's catalog entry, from its first commit as `Session.fork_commit`
+    built it (what `Store._summary_of` reads from the child's head once it is open).
+    Its parts are decoded from the header, not taken from the caller's checkpoint,
+    which the caller may change later."""
+    fields = _decode_summary_fields(header)
+    return SessionSummary(
+        session_id=identity.session_id,
+        session_context=fields.session_context,
+        parent_session_id=identity.parent_session_id,
+        parent_sequence=identity.parent_sequence,
+        sequence=0,
+        catalog_visible=fields.catalog_visible,
+        first_user_message=first_user_message,
+        execution_stats=fields.execution_stats,
+        created_at=identity.created_at,
+        updated_at=identity.created_at,
+    )
+
+
 class _MetadataOnly(msgspec.Struct):
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
 
@@ -1594,13 +1702,20 @@ class _Staged(Generic[T]):
     """
 
     def __init__(
-        self, store: Store, tmp: str, path: str, result: T, syncs: list[fsio.Syncing]
+        self,
+        store: Store,
+        tmp: str,
+        path: str,
+        result: T,
+        syncs: list[fsio.Syncing],
+        spare: Spare | None = None,
     ) -> None:
         self.store = store
         self.tmp = tmp
         self.path = path
         self.result = result
         self._syncs = syncs
+        self._spare = spare  # whose descriptors the syncs use: closed on leaving
         self._published = False
 
     def publish(self, announce: Callable[[T], None], wait_for: fsio.Syncing | None = None) -> bool:
@@ -1616,7 +1731,11 @@ class _Staged(Generic[T]):
         parent = os.path.dirname(self.path)
         # The new session's write lock is held until its name is durable: no other
         # writer commits into a session that a power loss could still take away.
-        guard = FileLock(os.path.join(self.tmp, LOCK_FILE), "a session being published")
+        guard = (  # a spare's is open already
+            self._spare.lock
+            if self._spare is not None
+            else FileLock(os.path.join(self.tmp, LOCK_FILE), "a session being published")
+        )
         try:
             # Always free (nobody else knows tmp/); acquire() also writes the holder
             # line, which names us to a writer that waits for it meanwhile.
@@ -1633,7 +1752,9 @@ class _Staged(Generic[T]):
             self._published = True
             # If the sync fails, the call fails but the session stays published: like
             # a commit whose sync failed, it may or may not survive a power loss.
-            _announce_while(fsio.start_sync([], [], [parent]), lambda: announce(self.result))
+            # The catalog entry is made in a pool thread meanwhile (see
+            # `fsio.sync_dir_while`; the session's lock is held all the same).
+            fsio.sync_dir_while(parent, lambda: announce(self.result))
             return True
         finally:
             guard.close()
@@ -1645,6 +1766,9 @@ class _Staged(Generic[T]):
         if not self._published:
             for syncing in self._syncs:
                 syncing.wait_quietly()
+        if self._spare is not None:
+            self._spare.close()  # its syncs are done (waited for, by publish or above)
+        if not self._published:
             shutil.rmtree(self.tmp, ignore_errors=True)
         self.store.spares.refill_soon()
 
@@ -1672,18 +1796,6 @@ def _transient(exc: BaseException) -> bool:
         if isinstance(err, OSError) and err.errno in _TRANSIENT_ERRNOS:
             return True
     return False
-
-
-def _announce_while(syncing: fsio.Syncing, announce: Callable[[], None]) -> None:
-    """Run `announce` while `syncing` runs; return once both are done (raise the
-    first failure; a failed sync leaves the session published, like a commit whose
-    sync failed: it may or may not survive a power loss)."""
-    try:
-        announce()
-    except BaseException:
-        syncing.wait_quietly()
-        raise
-    syncing.wait()
 
 
 def _rename_unless_taken(src: str, dst: str) -> bool:

@@ -20,6 +20,7 @@ full u64 range; `i64` values the full i64 range.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
@@ -224,6 +225,13 @@ def validate_session_id(session_id: object, what: str = "session id") -> str:
 
 def validate_owner_id(owner_id: object, what: str = "session owner ID") -> str:
     """Return `owner_id` if it is non-blank and at most 4 KiB, else raise `InvalidInputError`."""
+    if (  # the common case without the general checks' calls, as in validate_session_id
+        type(owner_id) is str
+        and owner_id.isascii()
+        and len(owner_id) <= MAX_ID_BYTES
+        and owner_id.strip(_WHITESPACE)
+    ):
+        return owner_id
     return _validate_identifier(owner_id, what, MAX_ID_BYTES)
 
 
@@ -241,6 +249,8 @@ def _validate_identifier(value: object, what: str, limit: int) -> str:
 
 def validate_sequence(value: object, what: str) -> int:
     """Return `value` if it is an int in 0..2**63-1 (u64 stored as SQLite INTEGER)."""
+    if type(value) is int and 0 <= value <= I64_MAX:
+        return value
     return _check_int(value, what, 0, I64_MAX, "exceeds i64")
 
 
@@ -288,6 +298,17 @@ def _check_int(
     if value > high:
         _invalid(f"{what} {too_high}")
     return value
+
+
+_INT_ONLY = frozenset({int})
+
+
+def _ints_within(values: tuple[Any, ...], low: int, high: int) -> bool:
+    """Whether every value is an exact int (no bool) in low..high, in a few C calls
+    (the common case; otherwise the field-by-field checks name the culprit)."""
+    return not values or (
+        set(map(type, values)) <= _INT_ONLY and low <= min(values) and max(values) <= high
+    )
 
 
 def _u64(value: object, what: str) -> int:
@@ -343,7 +364,14 @@ _SESSION_LABELS = (
 )
 
 
+_STR_OR_NONE = frozenset({str, type(None)})
+_session_labels = operator.attrgetter(*_SESSION_LABELS)
+
+
 def _check_session_context(context: object) -> None:
+    if type(context) is SessionContext and set(map(type, _session_labels(context))) <= _STR_OR_NONE:
+        validate_owner_id(context.owner_id)
+        return
     if not isinstance(context, SessionContext):
         _invalid(f"checkpoint.session_context must be a SessionContext, not {_tname(context)}")
     validate_owner_id(context.owner_id)
@@ -369,23 +397,44 @@ _CHECKPOINT_FIELD_TYPES: tuple[tuple[str, type | tuple[type, ...]], ...] = (
 )
 
 
+_checkpoint_fields = operator.attrgetter(*(name for name, _ in _CHECKPOINT_FIELD_TYPES))
+_CHECKPOINT_FIELD_EXPECTED = tuple(expected for _, expected in _CHECKPOINT_FIELD_TYPES)
+
+
 def _check_field_types(cp: Checkpoint) -> None:
     # msgspec checks types when decoding, not when a Struct is built in Python.
-    for name, expected in _CHECKPOINT_FIELD_TYPES:
-        value = getattr(cp, name)
-        if not isinstance(value, expected):
-            _invalid(f"checkpoint.{name} has the wrong type {_tname(value)}")
+    # All in one C-level pass first; field by field (naming the culprit) if one fails.
+    if not all(map(isinstance, _checkpoint_fields(cp), _CHECKPOINT_FIELD_EXPECTED)):
+        for name, expected in _CHECKPOINT_FIELD_TYPES:
+            value = getattr(cp, name)
+            if not isinstance(value, expected):
+                _invalid(f"checkpoint.{name} has the wrong type {_tname(value)}")
     for key, receipts in cp.delivered_once.items():
         if not isinstance(receipts, list) or not all(isinstance(r, str) for r in receipts):
             _invalid(f"checkpoint.delivered_once[{key!r}] must be a list of strings")
 
 
 def _check_usage(usage: TokenUsage, where: str) -> None:
+    if type(usage) is TokenUsage and _ints_within(_astuple(usage), I64_MIN, I64_MAX):
+        return
     for name in usage.__struct_fields__:
         _i64(getattr(usage, name), f"{where}.{name}")
 
 
+_astuple = msgspec.structs.astuple
+_STATS_USAGE = ExecutionStats.__struct_fields__.index("usage")
+
+
 def _check_stats(stats: ExecutionStats, where: str) -> None:
+    if type(stats) is ExecutionStats:
+        fields = _astuple(stats)
+        usage = fields[_STATS_USAGE]
+        if (
+            type(usage) is TokenUsage
+            and _ints_within(fields[:_STATS_USAGE] + fields[_STATS_USAGE + 1 :], 0, U64_MAX)
+            and _ints_within(_astuple(usage), I64_MIN, I64_MAX)
+        ):
+            return
     for name in stats.__struct_fields__:
         if name != "usage":
             _u64(getattr(stats, name), f"{where}.{name}")

@@ -210,3 +210,20 @@ def test_directory_names_follow_section_1(ident: str) -> None:
     slug = re.sub(r"[^a-z0-9_-]+", "_", ident.lower())[:24].strip("_")
     tag = digest.lower()[:26]
     assert dir_name(ident) == (f"{slug}-{tag}" if slug else tag)
+
+
+def test_directory_names_follow_section_1_for_random_ids() -> None:
+    """The same rule for 2000 random ids (the digest is taken 10 bits at a time)."""
+    import base64
+    import hashlib
+    import random
+
+    from journal.naming import dir_name
+
+    rng = random.Random(20261201)
+    for _ in range(2000):
+        ident = "".join(chr(rng.randrange(1, 0xD7FF)) for _ in range(rng.randrange(1, 40)))
+        digest = base64.b32encode(hashlib.sha256(ident.encode("utf-8")).digest()).decode()
+        slug = re.sub(r"[^a-z0-9_-]+", "_", ident.lower())[:24].strip("_")
+        tag = digest.lower()[:26]
+        assert dir_name(ident) == (f"{slug}-{tag}" if slug else tag), ident

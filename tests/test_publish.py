@@ -26,7 +26,7 @@ import journal
 from journal import Checkpoint, Event, fsio
 from journal.locks import FileLock
 from journal.log import SEGMENT_HEADER_SIZE
-from journal.session import LOCK_FILE, LOG_DIR
+from journal.session import LOCK_FILE, LOG_DIR, Session
 from journal.tree import Tree
 from journal.verify import verify_store
 
@@ -71,8 +71,9 @@ def test_the_first_commit_is_durable_before_the_name_is_published(
     segment = [op for op, path in ops[:renamed] if path == first_segment]
     # the identity written and synced, the first commit written and synced: all
     # before the rename; after it, only the name's directory is synced (and the
-    # catalog entry written meanwhile)
-    assert [op for op, _ in identity] == ["pwrite", "sync_file"], identity
+    # catalog entry written meanwhile). The spare's identity file was laid out at
+    # its size and synced: the identity's sync is an fdatasync.
+    assert [op for op, _ in identity] == ["pwrite", "sync_data"], identity
     assert segment[-2:] == ["pwrite", "sync_data"], segment
     # (the spare built after it, here inline, is the store's next one)
     after = [(op, path) for op, path in ops[renamed + 1 :] if "/tmp/spare-" not in path]
@@ -217,7 +218,7 @@ def test_other_writers_wait_until_the_published_session_is_durable(
         if not spare:  # the directory is built on the spot (first creation, no spare)
             monkeypatch.setattr(store.spares, "target", 0)
             while (ready := store.spares.take()) is not None:
-                shutil.rmtree(ready)
+                ready.discard()
         child_dir = os.path.realpath(store.session_dir("child"))
         ops = _HoldPublishingSync(os.path.dirname(child_dir))
         monkeypatch.setattr(fsio, "ops", ops)
@@ -389,20 +390,28 @@ def test_a_fork_writes_and_syncs_its_child_before_it_takes_the_tree_lock(
             super().pwrite(fd, data, offset, path)
 
         def sync_data(self, fd: int, path: str) -> None:
-            if "/tmp/" in path:
+            if path.endswith(".seg") and "/tmp/" in path:
                 events.append("child commit synced")
+            elif path.endswith("/SESSION") and "/tmp/" in path:
+                events.append("child identity synced")
             super().sync_data(fd, path)
 
     real_locked = Tree.locked
-    real_summary = journal.Store._summary_of
+    real_summary = journal.store._fork_summary
 
     def locked(self: Tree) -> Any:
         events.append("tree lock")
         return real_locked(self)
 
-    def summary_of(self: journal.Store, sess: Any) -> Any:
+    def fork_summary(*args: Any) -> Any:
         events.append("summary")
-        return real_summary(self, sess)
+        return real_summary(*args)
+
+    real_validate = journal.validate.validate_checkpoint
+
+    def validate(cp: Checkpoint, **kwargs: Any) -> None:
+        events.append("validation")
+        real_validate(cp, **kwargs)
 
     store = journal.open(tmp_path / "s")
     try:
@@ -410,13 +419,151 @@ def test_a_fork_writes_and_syncs_its_child_before_it_takes_the_tree_lock(
         store.spares.wait()
         monkeypatch.setattr(fsio, "ops", Recording())
         monkeypatch.setattr(Tree, "locked", locked)
-        monkeypatch.setattr(journal.Store, "_summary_of", summary_of)
+        monkeypatch.setattr(journal.store, "_fork_summary", fork_summary)
+        monkeypatch.setattr(journal.validate, "validate_checkpoint", validate)
         store.fork("parent", 0, _child("child"))
     finally:
         monkeypatch.undo()
         store.close()
     written, synced = events.index("child commit written"), events.index("child commit synced")
-    assert written < synced < events.index("summary") < events.index("tree lock"), events
+    # the identity's sync is started first, before the commit is even encoded
+    assert events.index("child identity synced") < written, events
+    assert events.count("validation") == 1, events
+    validated = events.index("validation")
+    assert written < synced < validated < events.index("summary") < events.index("tree lock")
+
+
+def test_a_fork_from_a_spare_opens_no_session_and_none_of_the_childs_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child's first commit is its whole log, built from the arguments: it is
+    written, and it and the identity synced, through the spare's descriptors (opened
+    when the spare was built, its LOCK too, which publishing takes), with no Session
+    object for the child (its first use opens it from that one commit)."""
+    store = journal.open(tmp_path / "s")
+    try:
+        store.save(_child("parent"))
+        store.spares.wait()
+        opened: list[str] = []
+        sessions: list[str] = []
+        real_open, real_init = os.open, Session.__init__
+
+        def os_open(path: Any, *args: Any, **kwargs: Any) -> int:
+            opened.append(os.fspath(path))
+            return real_open(path, *args, **kwargs)
+
+        def init(self: Session, directory: str, session_id: str, *a: Any, **k: Any) -> None:
+            sessions.append(session_id)
+            real_init(self, directory, session_id, *a, **k)
+
+        monkeypatch.setattr(os, "open", os_open)
+        monkeypatch.setattr(Session, "__init__", init)
+        summary = store.fork("parent", 0, _child("child"))
+        monkeypatch.undo()
+        assert "child" not in sessions
+        spares_dir = os.path.join(str(tmp_path / "s"), "tmp")
+        child_files = [p for p in opened if p.startswith(spares_dir)]  # LOCK included
+        assert child_files == [], child_files
+        assert summary.parent_session_id == "parent" and summary.sequence == 0
+        assert store.load("child") == _child("child")  # opened from its one commit
+        assert store.session_summary("child") == summary
+    finally:
+        store.close()
+
+
+_INVALID: dict[str, tuple[str, Any]] = {
+    "NaN in the context": ("context", [{"x": float("nan")}]),
+    "a tuple in the context": ("context", [{"x": (1, 2)}]),
+    "an int msgpack cannot hold": ("context", [{"x": 2**70}]),
+    "infinity in the metadata": ("metadata", {"m": [float("inf")]}),
+    "a lone surrogate in the metadata": ("metadata", {"m": "\ud800"}),
+    "an int key in the metadata": ("metadata", {"m": {1: "x"}}),
+    "an object in the metadata": ("metadata", {"m": object()}),
+    "an unsupported version": ("version", 99),
+    "metadata that is a list": ("metadata", []),
+    "a context that is an int": ("context", 5),
+    "a context epoch that is a str": ("context_epoch", "1"),
+    "a negative token count": ("total_usage", journal.TokenUsage(input_tokens=-(2**63) - 1)),
+    "a blank owner": ("session_context", journal.SessionContext(owner_id=" ")),
+}
+
+
+@pytest.mark.parametrize("what", sorted(_INVALID))
+def test_a_fork_whose_child_is_invalid_is_refused_and_leaves_nothing(
+    tmp_path: Path, what: str
+) -> None:
+    """The child's validation runs while its syncs run (after its commit is written
+    in private): the refusal is the one `validate_checkpoint` gives, and nothing is
+    published, listed or left behind."""
+    field, value = _INVALID[what]
+    root = tmp_path / "s"
+    store = journal.open(root)
+    try:
+        store.save(_child("parent"))
+        store.spares.wait()
+        child = _child("child")
+        setattr(child, field, value)
+        with pytest.raises(journal.JournalError) as expected:
+            journal.validate.validate_checkpoint(child)
+        with pytest.raises(journal.JournalError) as refused:
+            store.fork("parent", 0, child)
+        assert type(refused.value) is type(expected.value)
+        assert str(expected.value) in str(refused.value)
+        store.spares.wait()
+        assert store.load("child") is None and store.session_summary("child") is None
+        assert not os.path.exists(store.session_dir("child"))
+        left = [n for n in os.listdir(root / "tmp") if not n.startswith("spare-")]
+        assert left == []
+        listed = store.list_sessions_page(journal.SessionPageRequest(limit=10)).sessions
+        assert [s.session_id for s in listed] == ["parent"]
+        store.fork("parent", 0, _child("child"))  # and the store goes on
+        assert store.load("child") == _child("child")
+    finally:
+        store.close()
+
+
+def test_no_file_is_stat_then_written_on_the_fork_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As on the save path (tests/test_writer_fast_path.py): a stat of a file then a
+    write to it slows that file's next sync (Linux 6.13+). A fork writes and syncs the
+    child's identity and segment, and appends to the catalog: none may be stat'ed."""
+    store = journal.open(tmp_path / "s")
+    try:
+        store.save(_child("parent"))
+        store.fork("parent", 0, _child("warm"))
+        store.spares.wait()
+        stat_of: set[str] = set()
+        written: set[str] = set()
+        real_fstat, real_stat, real_pwrite = os.fstat, os.stat, os.pwrite
+
+        def name(fd: int) -> str:
+            return os.readlink(f"/proc/self/fd/{fd}")
+
+        def fstat(fd: int) -> os.stat_result:
+            stat_of.add(name(fd))
+            return real_fstat(fd)
+
+        def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+            stat_of.add(os.path.realpath(os.fspath(path)))
+            return real_stat(path, *args, **kwargs)
+
+        def pwrite(fd: int, data: Any, offset: int) -> int:
+            written.add(name(fd))
+            return real_pwrite(fd, data, offset)
+
+        monkeypatch.setattr(os, "fstat", fstat)
+        monkeypatch.setattr(os, "stat", stat)
+        monkeypatch.setattr(os, "pwrite", pwrite)
+        for n in range(3):
+            store.fork("parent", 0, _child(f"child-{n}"))
+            store.spares.wait()
+        monkeypatch.undo()
+        assert any(p.endswith(".seg") for p in written)
+        hot = {p for p in stat_of & written if not p.endswith("LOCK")}
+        assert hot == set(), hot
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("why", ["no parent", "fork point too new", "child exists"])

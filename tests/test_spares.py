@@ -12,7 +12,9 @@ from faults import exit_code_of_child
 
 import journal
 from journal import Checkpoint, EventPageRequest, spares
-from journal.session import IDENTITY_FILE
+from journal.log import SEGMENT_HEADER_SIZE
+from journal.session import IDENTITY_FILE, SPARE_IDENTITY_BYTES, SPARE_SEGMENT_ZEROS, Session
+from journal.verify import verify_store
 
 
 def _spares_on_disk(root: Path) -> list[str]:
@@ -103,7 +105,8 @@ def test_a_spare_holds_no_identity_until_it_is_used(
 ) -> None:
     store, root = store_with_spares
     for name in _spares_on_disk(root):
-        assert (root / "tmp" / name / IDENTITY_FILE).stat().st_size == 0
+        # laid out at its final size, zero-filled: no identity record in it
+        assert not (root / "tmp" / name / IDENTITY_FILE).read_bytes().strip(b"\0")
         assert not (root / "sessions" / name).exists()
     listed = store.list_sessions_page(journal.SessionPageRequest(limit=10)).sessions
     assert [s.session_id for s in listed] == ["first"]
@@ -162,3 +165,49 @@ def test_wait_returns_in_a_process_forked_during_a_refill(
         assert exit_code_of_child(pid, seconds=20, hung="wait() hung in a forked child") == 0
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("how", ["fork", "first save"])
+def test_a_session_from_a_spare_keeps_the_spares_file_sizes(
+    store_with_spares: tuple[journal.Store, Path], how: str
+) -> None:
+    """A spare's identity file and segment are laid out zero-filled at their sizes and
+    synced ahead of need: the identity and the first commit overwrite that space, so
+    the syncs on the way to publishing persist no new file size. Readers ignore the
+    zeros after the identity record and after the commit."""
+    store, root = store_with_spares
+    if how == "fork":
+        store.fork("first", 0, Checkpoint.empty("second"))
+    else:
+        store.save(Checkpoint.empty("second"))
+    directory = Path(store.session_dir("second"))
+    segment = directory / "log" / "00000000000000000000.seg"
+    assert (directory / IDENTITY_FILE).stat().st_size == SPARE_IDENTITY_BYTES
+    assert segment.stat().st_size == SEGMENT_HEADER_SIZE + SPARE_SEGMENT_ZEROS
+    assert Session.read_identity(str(directory)).session_id == "second"
+    assert store.load("second") == Checkpoint.empty("second")
+    store.close()
+    assert [f for _, found in verify_store(str(root)) for f in found] == []
+    reopened = journal.open(root)
+    try:
+        assert reopened.load("second") == Checkpoint.empty("second")
+        cp = Checkpoint.empty("second")
+        cp.sequence = 1
+        reopened.save(cp)
+        assert reopened.load("second") == cp
+    finally:
+        reopened.close()
+
+
+def test_an_identity_longer_than_a_spares_file_is_written_whole(
+    store_with_spares: tuple[journal.Store, Path],
+) -> None:
+    store, _ = store_with_spares
+    parent, child = "p" * 4000, "c" * 4000  # an identity record over SPARE_IDENTITY_BYTES
+    store.save(Checkpoint.empty(parent))
+    store.spares.wait()
+    store.fork(parent, 0, Checkpoint.empty(child))
+    identity = Session.read_identity(store.session_dir(child))
+    assert (identity.session_id, identity.parent_session_id) == (child, parent)
+    summary = store.session_summary(child)
+    assert summary is not None and summary.parent_session_id == parent

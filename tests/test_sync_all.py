@@ -182,3 +182,70 @@ def test_sessions_are_created_and_deleted_at_interpreter_exit(tmp_path: Path) ->
         assert store.load("s1") is None
     finally:
         store.close()
+
+
+def test_begun_returns_once_every_pool_sync_has_begun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`begun=True` is a scheduling hint only: when start_sync returns, each pool
+    thread has entered its sync (it need not have finished)."""
+    release = threading.Event()
+    entered: list[str] = []
+
+    class Slow(fsio.FileOps):
+        def sync_data(self, fd: int, path: str) -> None:
+            entered.append(path)
+            assert release.wait(30)
+            super().sync_data(fd, path)
+
+    monkeypatch.setattr(fsio, "ops", Slow())
+    paths = [str(tmp_path / name) for name in ("a", "b")]
+    fds = []
+    for path in paths:
+        Path(path).write_bytes(b"x")
+        fds.append(os.open(path, os.O_RDONLY))
+    try:
+        pairs = list(zip(fds, paths, strict=True))
+        syncing = fsio.start_sync([], [], [], open_data_files=pairs, begun=True)
+        assert sorted(entered) == sorted(paths)
+        release.set()
+        syncing.wait()
+    finally:
+        release.set()
+        for fd in fds:
+            os.close(fd)
+
+
+def test_sync_dir_while_syncs_here_and_works_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ops = _Recording()
+    monkeypatch.setattr(fsio, "ops", ops)
+    ran_in: list[str] = []
+    fsio.sync_dir_while(str(tmp_path), lambda: ran_in.append(threading.current_thread().name))
+    me = threading.current_thread().name
+    assert ops.synced == [("dir", str(tmp_path), me)]
+    assert len(ran_in) == 1 and ran_in[0] != me
+
+
+@pytest.mark.parametrize("failing", ["work", "sync", "both"])
+def test_sync_dir_while_raises_the_works_failure_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    class Failing(fsio.FileOps):
+        def sync_dir(self, path: str) -> None:
+            if failing in ("sync", "both"):
+                raise OSError(5, "Input/output error")
+            super().sync_dir(path)
+
+    def work() -> None:
+        if failing in ("work", "both"):
+            raise journal.JournalError("the work failed")
+
+    monkeypatch.setattr(fsio, "ops", Failing())
+    with pytest.raises(journal.JournalError) as raised:
+        fsio.sync_dir_while(str(tmp_path), work)
+    if failing == "sync":
+        assert isinstance(raised.value, StorageError) and "fsync of directory" in str(raised.value)
+    else:
+        assert str(raised.value) == "the work failed"

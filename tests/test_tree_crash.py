@@ -452,7 +452,12 @@ def _building_a_child(path: Path) -> bool:
     if path.name.startswith(("new-", "fork-")):
         return True
     identity = path / "SESSION"
-    return path.name.startswith("spare-") and identity.exists() and identity.stat().st_size > 0
+    # (a spare's identity file holds zeros until then)
+    return (
+        path.name.startswith("spare-")
+        and identity.exists()
+        and bool(identity.read_bytes().strip(b"\0"))
+    )
 
 
 def test_sigkill_during_fork(tmp_path: Path) -> None:
