@@ -713,6 +713,22 @@ class Log:
     def has_writer(self) -> bool:
         return self._writer is not None
 
+    def preallocate_ahead(self) -> None:
+        """(write lock held) Give the writer's segment its first preallocation step
+        now, durably, if it has none: zeros after the data, fdatasynced, so that the
+        next commits overwrite allocated space (see the module doc) and none of them
+        pays for the step and the new file size in its own sync. For a session just
+        created without a spare (`Store._warm`, in the background)."""
+        w = self._writer
+        if w is None or w.poisoned or not self.preallocate or w.alloc_end > w.data_end:
+            return
+        if w.data_end - w.seg.base >= self.segment_bytes:
+            return  # the next write rolls
+        zeros = bytes(_PREALLOC_MIN)
+        fsio.pwrite(w.fd, zeros, SEGMENT_HEADER_SIZE + w.alloc_end - w.seg.base, w.seg.path)
+        w.alloc_end += _PREALLOC_MIN
+        fsio.sync_data(w.fd, w.seg.path)
+
     def trim_preallocation(self, end: int) -> None:
         """Cut the preallocated zeros after `end`, where our writer's data ends.
 

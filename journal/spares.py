@@ -32,6 +32,7 @@ import shutil
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 from . import fsio
 from .errors import JournalError
@@ -130,6 +131,9 @@ class SparePool:
         self._refiller: threading.Thread | None = None
         self._closed = False
         self._pid = os.getpid()
+        # At most one job for the same thread (`run_soon`): the newest replaces one
+        # not yet begun, so sessions created faster than they are warmed cost nothing.
+        self._job: Callable[[], None] | None = None
 
     def take(self) -> Spare | None:
         """A ready spare directory (now the caller's, descriptors and all), or None."""
@@ -154,14 +158,30 @@ class SparePool:
         with self._lock:
             if self._closed or len(self._ready) >= self.target:
                 return
-            self._wanted = True
-            if self._refiller is None:
-                self._refiller = threading.Thread(
-                    target=self._serve, name="journal-spares", daemon=True
-                )
-                self._refiller.start()
-            else:
-                self._wake.notify()
+            self._wake_refiller()
+
+    def run_soon(self, job: Callable[[], None]) -> None:
+        """Run `job` in the background thread before its next refill (best effort:
+        its errors are ignored). Skipped under a file-operations recorder that
+        cannot run concurrently (the job is optional work, see the module doc)."""
+        if os.getpid() != self._pid or not fsio.ops.concurrent:
+            return
+        with self._lock:
+            if self._closed:
+                return
+            self._job = job
+            self._wake_refiller()
+
+    def _wake_refiller(self) -> None:
+        """(lock held) Have the background thread run soon, starting it if needed."""
+        self._wanted = True
+        if self._refiller is None:
+            self._refiller = threading.Thread(
+                target=self._serve, name="journal-spares", daemon=True
+            )
+            self._refiller.start()
+        else:
+            self._wake.notify()
 
     def _serve(self) -> None:
         while True:
@@ -176,7 +196,11 @@ class SparePool:
                     self._wake.notify_all()
                     return
                 self._wanted, self._busy = False, True
+                job, self._job = self._job, None
             try:
+                if job is not None:
+                    with contextlib.suppress(Exception):  # optional work
+                        job()
                 # Best effort: whatever fails, a new session builds its directory itself.
                 with contextlib.suppress(Exception):
                     self._refill()

@@ -201,6 +201,9 @@ class Unchanged:
 
     def __init__(self, store: journal.Store, root: Path, sessions: list[str] = SESSIONS):
         self.store, self.root, self.sessions = store, root, sessions
+        # Background work of earlier calls (spares, a new session's warm-up, which
+        # preallocates its segment) settles first: it is not the rejected call's doing.
+        store.spares.wait()
         self.answers = answers(store, sessions)
         self.files = file_tree(root)
 

@@ -211,3 +211,61 @@ def test_an_identity_longer_than_a_spares_file_is_written_whole(
     assert (identity.session_id, identity.parent_session_id) == (child, parent)
     summary = store.session_summary(child)
     assert summary is not None and summary.parent_session_id == parent
+
+
+@pytest.mark.parametrize("how", ["first save", "fork"])
+def test_a_new_session_is_opened_for_writing_in_the_background(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Its first commit is written through a private object: without the warm-up,
+    the next append opened the session, took the lock with all its checks and
+    opened the writer on the caller's time (and, without a spare, paid for the
+    first preallocation step in its own sync)."""
+    root = tmp_path / "s"
+    store = journal.open(root)
+    try:
+        if how == "fork":
+            store.save(Checkpoint.empty("parent"))
+            store.fork("parent", 0, Checkpoint.empty("new"))
+        else:
+            store.save(Checkpoint.empty("new"))  # the store's first: no spare
+        store.spares.wait()
+        sess = store._sessions.get("new")
+        assert sess is not None and sess.log.has_writer()
+        segment = sess.log.segments[-1].path
+        data_end = SEGMENT_HEADER_SIZE + sess.head.covered
+        assert os.path.getsize(segment) > data_end  # zeros ready after the data
+        opened: list[str] = []
+        init = Session.__init__
+
+        def counting(self: Session, directory: str, *args: object, **kwargs: object) -> None:
+            opened.append(directory)
+            init(self, directory, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(Session, "__init__", counting)
+        acquisitions = sess.flock.acquisitions
+        ev = journal.Event(msg={"type": "warning", "message": "x"})
+        assert store.append_event("new", 1_700_000_000_000, ev).sequence == 1
+        assert opened == []  # the session was open already
+        assert sess.flock.acquisitions == acquisitions + 1
+        assert store.event_page("new", EventPageRequest(limit=5)).latest_sequence == 1
+    finally:
+        store.close()
+    # Closed cleanly: reopened, the session and its one event are there.
+    with journal.open(root) as again:
+        assert again.event_page("new", EventPageRequest(limit=5)).latest_sequence == 1
+
+
+def test_a_store_closed_right_after_creating_a_session(tmp_path: Path) -> None:
+    """The warm-up may still be pending or running: close waits for it, and it
+    neither fails nor leaves the session open."""
+    root = tmp_path / "s"
+    for n in range(5):
+        store = journal.open(root)
+        store.save(Checkpoint.empty(f"s{n}"))
+        store.close()
+        assert store._sessions == {}
+        assert store.spares._refiller is None or not store.spares._refiller.is_alive()
+    with journal.open(root) as again:
+        assert sorted(s.session_id for s in again.list_sessions_page(
+            journal.SessionPageRequest(limit=10)).sessions) == [f"s{n}" for n in range(5)]
