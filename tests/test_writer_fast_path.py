@@ -496,6 +496,7 @@ def test_no_segment_is_stat_on_the_commit_and_read_paths(
         store.save(Checkpoint.empty("a"))
         for n in range(3):  # settle: recovery, the first preallocation, the catalog
             store.append_event("a", n, _warning(f"warm {n}"))
+        store.spares.wait()  # and the new session's warm-up (its recovery checks)
         stat_of: list[str] = []
         real_fstat, real_stat = os.fstat, os.stat
 
@@ -537,6 +538,7 @@ def test_no_file_is_stat_then_written_on_the_save_path(
         for n in range(1, 4):
             cp.sequence = n
             store.save(cp)  # settle
+        store.spares.wait()  # and the new session's warm-up (its recovery checks)
         stat_of: set[str] = set()
         real_fstat, real_stat = os.fstat, os.stat
         written: set[str] = set()
