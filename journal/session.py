@@ -293,6 +293,7 @@ class Session:
         self._last_batch = 1
         self.users = 0  # calls using this object now (the store's cache never closes those)
         self.retired = False  # dropped from the store's cache: the last user closes it
+        self.deleted = False  # deleted by this process: closing it trims nothing
         self.closed = False
         self._dead_epoch: int | None = None  # an epoch whose items `compact` dropped
         self._state_lock = threading.RLock()
@@ -1774,8 +1775,8 @@ class Session:
 
     def _trim_on_close(self) -> None:
         """Give back the preallocated tail if we wrote last (never waits for a lock)."""
-        if self._private:
-            return  # never preallocated
+        if self._private or self.deleted:
+            return  # never preallocated; or its files are on their way to the trash
         if not self.log.has_writer() or not self._write_lock.acquire(blocking=False):
             return
         try:

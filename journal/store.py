@@ -1561,6 +1561,9 @@ class Store:
                         item.close()
             with self._lock:
                 gone = [self._sessions.pop(sid, None) for sid in closure]
+            for sess in gone:
+                if sess is not None:
+                    sess.deleted = True
             self._retire(gone)
             self.tree.empty_trash_soon()
             return True

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 import journal
 from journal import Checkpoint, Event, EventPageRequest
 from journal.log import SEGMENT_HEADER_SIZE
@@ -145,3 +147,32 @@ def test_reads_of_a_trimmed_session_take_the_fast_path(tmp_path: Path, monkeypat
         writer.close()
     finally:
         reader.close()
+
+
+def test_a_session_deleted_here_is_not_trimmed_on_its_way_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its files go to the trash: cutting their zeros first was a lock, a check and a
+    truncate per open session of the tree, on the delete's time."""
+    from journal import fsio
+
+    store = journal.open(tmp_path / "s")
+    try:
+        store.save(Checkpoint.empty("a"))
+        for n in range(3):
+            store.append_event("a", 1_700_000_000_000 + n, _event(n))
+        store.spares.wait()
+        sess = store._sessions["a"]
+        assert sess.log.has_writer()
+        cuts: list[str] = []
+        real = fsio.truncate
+
+        def counting(fd: int, size: int, path: str) -> None:
+            cuts.append(path)
+            real(fd, size, path)
+
+        monkeypatch.setattr(fsio, "truncate", counting)
+        assert store.delete_sessions(["a"])
+        assert sess.closed and cuts == []
+    finally:
+        store.close()
