@@ -26,6 +26,7 @@ thread instead, so every operation stays in one recorded order.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import shutil
@@ -41,6 +42,7 @@ from .session import LOCK_FILE, Session, SessionIdentity
 
 SPARE_PREFIX = "spare-"
 MAX_AGE = 300.0  # seconds; tmp/ cleanup removes entries older than 600
+MAX_JOBS = 4  # background jobs kept waiting (`run_soon`); older ones are dropped
 IDLE_EXIT = 30.0  # seconds without a refill request before the refiller thread exits
 
 
@@ -131,9 +133,9 @@ class SparePool:
         self._refiller: threading.Thread | None = None
         self._closed = False
         self._pid = os.getpid()
-        # At most one job for the same thread (`run_soon`): the newest replaces one
-        # not yet begun, so sessions created faster than they are warmed cost nothing.
-        self._job: Callable[[], None] | None = None
+        # Jobs for the same thread (`run_soon`), the newest few: when sessions are
+        # created faster than they are warmed, the oldest jobs are dropped.
+        self._jobs: collections.deque[Callable[[], None]] = collections.deque(maxlen=MAX_JOBS)
 
     def take(self) -> Spare | None:
         """A ready spare directory (now the caller's, descriptors and all), or None."""
@@ -162,14 +164,15 @@ class SparePool:
 
     def run_soon(self, job: Callable[[], None]) -> None:
         """Run `job` in the background thread before its next refill (best effort:
-        its errors are ignored). Skipped under a file-operations recorder that
-        cannot run concurrently (the job is optional work, see the module doc)."""
+        its errors are ignored; of more than `MAX_JOBS` waiting, the oldest are
+        dropped). Skipped under a file-operations recorder that cannot run
+        concurrently (the job is optional work, see the module doc)."""
         if os.getpid() != self._pid or not fsio.ops.concurrent:
             return
         with self._lock:
             if self._closed:
                 return
-            self._job = job
+            self._jobs.append(job)
             self._wake_refiller()
 
     def _wake_refiller(self) -> None:
@@ -196,9 +199,10 @@ class SparePool:
                     self._wake.notify_all()
                     return
                 self._wanted, self._busy = False, True
-                job, self._job = self._job, None
+                jobs = list(self._jobs)
+                self._jobs.clear()
             try:
-                if job is not None:
+                for job in jobs:
                     with contextlib.suppress(Exception):  # optional work
                         job()
                 # Best effort: whatever fails, a new session builds its directory itself.

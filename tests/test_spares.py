@@ -269,3 +269,16 @@ def test_a_store_closed_right_after_creating_a_session(tmp_path: Path) -> None:
     with journal.open(root) as again:
         assert sorted(s.session_id for s in again.list_sessions_page(
             journal.SessionPageRequest(limit=10)).sessions) == [f"s{n}" for n in range(5)]
+
+
+def test_sessions_created_back_to_back_are_all_warmed(tmp_path: Path) -> None:
+    store = journal.open(tmp_path / "s")
+    try:
+        for n in range(3):
+            store.save(Checkpoint.empty(f"s{n}"))
+        store.spares.wait()
+        for n in range(3):
+            sess = store._sessions.get(f"s{n}")
+            assert sess is not None and sess.log.has_writer(), n
+    finally:
+        store.close()
