@@ -1511,30 +1511,25 @@ class Session:
         return self.head.sequence >= 0
 
     def load(self) -> Checkpoint | None:
-        with self._state_lock:
-            self._need(not self._bounded(self.head.covered))
-            head = self.head
-            if head.header is None:
-                return None
-            header = bytes(head.header)
-            # One decode of the items joined as one array: a C loop, where a decode
-            # call per item cost about 40% more for a context of 150 items.
-            context = msgpack_array_header(len(head.context)) + b"".join(head.context)
-        cp = _decode_checkpoint(header)
-        cp.context = _decode_any(context)
-        return cp
+        return self._load(None)
 
     def load_prefix(self, items: int) -> Checkpoint | None:
         """`load`, with only the first `items` items of the context decoded (all of
         them if it has fewer): for a reader that needs an older checkpoint's part
         of the newest context, without decoding the rest."""
+        return self._load(items)
+
+    def _load(self, items: int | None) -> Checkpoint | None:
+        """The latest checkpoint, with its whole context or its first `items` items."""
         with self._state_lock:
             self._need(not self._bounded(self.head.covered))
             head = self.head
             if head.header is None:
                 return None
             header = bytes(head.header)
-            part = head.context[:items]
+            part = head.context if items is None else head.context[:items]
+            # One decode of the items joined as one array: a C loop, where a decode
+            # call per item cost about 40% more for a context of 150 items.
             context = msgpack_array_header(len(part)) + b"".join(part)
         cp = _decode_checkpoint(header)
         cp.context = _decode_any(context)

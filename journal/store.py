@@ -693,14 +693,21 @@ class Store:
             # No cache files: the first open rebuilds them from one commit, for less
             # than writing them here costs.
         except BaseException:
-            for syncing in syncs:
-                syncing.wait_quietly()
-            if spare is not None:
-                spare.close()
-            shutil.rmtree(tmp, ignore_errors=True)
-            self.spares.refill_soon()
+            self._discard_staged(tmp, syncs, spare)
             raise
         return _Staged(self, tmp, self.session_dir(identity.session_id), result, syncs, spare)
+
+    def _discard_staged(
+        self, tmp: str, syncs: list[fsio.Syncing], spare: Spare | None
+    ) -> None:
+        """Remove a new session's private directory that will not be published, once
+        the syncs started on it are done (their descriptors may be the spare's)."""
+        for syncing in syncs:
+            syncing.wait_quietly()
+        if spare is not None:
+            spare.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.spares.refill_soon()
 
     def _new_session_dir(
         self, identity: SessionIdentity
@@ -781,12 +788,7 @@ class Store:
                     os.close(fd)
                 syncs.append(Session.start_seal(tmp, spare=False))
         except BaseException:
-            for syncing in syncs:
-                syncing.wait_quietly()
-            if spare is not None:
-                spare.close()
-            shutil.rmtree(tmp, ignore_errors=True)
-            self.spares.refill_soon()
+            self._discard_staged(tmp, syncs, spare)
             raise
         built = (len(commit), header)
         return _Staged(self, tmp, self.session_dir(identity.session_id), built, syncs, spare)

@@ -415,3 +415,33 @@ def save_whose_catalog_append_fails(store: Store, checkpoint: Checkpoint) -> Non
     finally:
         del store.catalog.append
     raise AssertionError("the save did not report the failed catalog append")
+
+
+def record_stats_and_writes(monkeypatch: Any) -> tuple[set[str], set[str]]:
+    """From now until `monkeypatch.undo()`: the files stat'ed (`os.stat`, `os.fstat`)
+    and the files written (`os.pwrite`), by real path, in two sets it fills. A stat
+    then a write of one file made that file's next fdatasync slower (Linux 6.13+
+    multigrain timestamps): tests look for files in both."""
+    stat_of: set[str] = set()
+    written: set[str] = set()
+    real_fstat, real_stat, real_pwrite = os.fstat, os.stat, os.pwrite
+
+    def name(fd: int) -> str:
+        return os.readlink(f"/proc/self/fd/{fd}")
+
+    def fstat(fd: int) -> os.stat_result:
+        stat_of.add(name(fd))
+        return real_fstat(fd)
+
+    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        stat_of.add(os.path.realpath(os.fspath(path)))
+        return real_stat(path, *args, **kwargs)
+
+    def pwrite(fd: int, data: Any, offset: int) -> int:
+        written.add(name(fd))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "fstat", fstat)
+    monkeypatch.setattr(os, "stat", stat)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    return stat_of, written

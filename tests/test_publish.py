@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faults import recording
+from faults import record_stats_and_writes, recording
 
 import journal
 from journal import Checkpoint, Event, fsio
@@ -534,28 +534,7 @@ def test_no_file_is_stat_then_written_on_the_fork_path(
         store.save(_child("parent"))
         store.fork("parent", 0, _child("warm"))
         store.spares.wait()
-        stat_of: set[str] = set()
-        written: set[str] = set()
-        real_fstat, real_stat, real_pwrite = os.fstat, os.stat, os.pwrite
-
-        def name(fd: int) -> str:
-            return os.readlink(f"/proc/self/fd/{fd}")
-
-        def fstat(fd: int) -> os.stat_result:
-            stat_of.add(name(fd))
-            return real_fstat(fd)
-
-        def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
-            stat_of.add(os.path.realpath(os.fspath(path)))
-            return real_stat(path, *args, **kwargs)
-
-        def pwrite(fd: int, data: Any, offset: int) -> int:
-            written.add(name(fd))
-            return real_pwrite(fd, data, offset)
-
-        monkeypatch.setattr(os, "fstat", fstat)
-        monkeypatch.setattr(os, "stat", stat)
-        monkeypatch.setattr(os, "pwrite", pwrite)
+        stat_of, written = record_stats_and_writes(monkeypatch)
         for n in range(3):
             store.fork("parent", 0, _child(f"child-{n}"))
             store.spares.wait()

@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from faults import record_stats_and_writes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -539,29 +540,7 @@ def test_no_file_is_stat_then_written_on_the_save_path(
             cp.sequence = n
             store.save(cp)  # settle
         store.spares.wait()  # and the new session's warm-up (its recovery checks)
-        stat_of: set[str] = set()
-        real_fstat, real_stat = os.fstat, os.stat
-        written: set[str] = set()
-        real_pwrite = os.pwrite
-
-        def name(fd: int) -> str:
-            return os.readlink(f"/proc/self/fd/{fd}")
-
-        def fstat(fd: int) -> os.stat_result:
-            stat_of.add(name(fd))
-            return real_fstat(fd)
-
-        def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
-            stat_of.add(os.path.realpath(os.fspath(path)))
-            return real_stat(path, *args, **kwargs)
-
-        def pwrite(fd: int, data: Any, offset: int) -> int:
-            written.add(name(fd))
-            return real_pwrite(fd, data, offset)
-
-        monkeypatch.setattr(os, "fstat", fstat)
-        monkeypatch.setattr(os, "stat", stat)
-        monkeypatch.setattr(os, "pwrite", pwrite)
+        stat_of, written = record_stats_and_writes(monkeypatch)
         for n in range(4, 12):
             cp.sequence = n
             store.save(cp)
