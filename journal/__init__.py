@@ -58,7 +58,8 @@ def open(root: str | os.PathLike[str], **options: Any) -> Store:
     stable storage; "os": after the OS has the bytes, which survives a process
     crash but not a power loss), segment_bytes, lock_timeout, max_record_bytes,
     max_open_sessions, read_cache_bytes (memory for records read again; 0: none),
-    create, read_only.
+    create, read_only, dictionary (True: compress each session's records with a zstd
+    dictionary trained on its first ones, FORMAT.md section 3).
     """
     return Store(root, **options)
 

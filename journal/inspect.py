@@ -17,7 +17,17 @@ import msgspec
 
 from . import payloads
 from .log import ScanState
-from .record import CHECKPOINT, COMMIT, EVENT, EXECUTION, FLAG_ZSTD, TRANSCRIPT, TYPE_NAMES, Record
+from .record import (
+    CHECKPOINT,
+    COMMIT,
+    DICT,
+    EVENT,
+    EXECUTION,
+    FLAG_ZSTD,
+    TRANSCRIPT,
+    TYPE_NAMES,
+    Record,
+)
 from .session import open_log
 
 _DECODERS = payloads.DECODERS
@@ -49,6 +59,8 @@ def describe(rec: Record) -> dict[str, Any]:
         )
     elif rec.rtype == EXECUTION:
         out.update(sequence=p.sequence, record=_to_builtins(p.record))
+    elif rec.rtype == DICT:
+        out.update(dict_id=p.dict_id, dictionary_bytes=len(p.data))
     elif rec.rtype == EVENT:
         out.update(
             sequence=p.sequence,

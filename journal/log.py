@@ -31,10 +31,13 @@ from dataclasses import dataclass, field
 
 from . import fsio
 from .cache import ReadCache
+from .dictionary import SessionDictionary, from_record
 from .errors import CorruptionError, FormatVersionError, JournalError, StorageError
 from .record import (
+    DICT,
     END,
     FLAG_COMMIT,
+    FLAG_DICT,
     FLAG_ZSTD,
     HEADER,
     HEADER_SIZE,
@@ -68,11 +71,13 @@ _ZERO_HEADER = bytes(HEADER_SIZE)
 _GATHER_MAX = 0.002  # the longest a sync leader waits for announced commits (seconds)
 _unpack_header = HEADER.unpack_from
 _NOT_COMMIT = ~FLAG_COMMIT
+_COMPRESSED = FLAG_ZSTD | FLAG_DICT
 _PREALLOC_MIN = 64 << 10
 _PREALLOC_MAX = 4 << 20
-# Where a record header could start: a known type byte (1..7) then known flags (0..3).
-_CANDIDATE = re.compile(rb"(?=.{8}[\x01-\x07][\x00-\x03])", re.DOTALL)
-assert set(TYPE_NAMES) == set(range(1, 8)) and KNOWN_FLAGS == 0x03
+# Where a record header could start: a known type byte (1..8) then known flags (0..3,
+# or 5 and 7: the dictionary bit comes with the zstd bit).
+_CANDIDATE = re.compile(rb"(?=.{8}[\x01-\x08][\x00-\x03\x05\x07])", re.DOTALL)
+assert set(TYPE_NAMES) == set(range(1, 9)) and KNOWN_FLAGS == 0x07
 
 
 def segment_name(base: int) -> str:
@@ -202,6 +207,11 @@ class Log:
         # it syncs everything at once (`Session.start_seal`).
         self.preallocate = True
         self.sync_on_close = True
+        # The session's zstd dictionary (FORMAT.md section 3), once a scan read its
+        # DICT record or the snapshot named its position (`dictionary_at`: read on
+        # first use).
+        self.dictionary: SessionDictionary | None = None
+        self._dictionary_pos = -1
         if fresh:
             self.segments = [Segment(0, os.path.join(directory, segment_name(0)))]
         else:
@@ -218,6 +228,60 @@ class Log:
         self.durable_to = 0  # nor what was synced, perhaps
         if self._cache is not None:
             self._space = self._cache.new_space()
+
+    def dictionary_at(self, pos: int) -> None:
+        """The session's dictionary is the DICT record at `pos` (from a snapshot): it is
+        read when a record first needs it."""
+        if self.dictionary is None or self.dictionary.pos != pos:
+            self.dictionary = None
+            self._dictionary_pos = pos
+
+    def use_dictionary(self, d: SessionDictionary) -> None:
+        """The writer just wrote `d`'s DICT record (at `d.pos`)."""
+        self.dictionary, self._dictionary_pos = d, d.pos
+
+    def _adopt_dictionary(self, payload: bytes, pos: int, path: str, offset: int) -> None:
+        """A scan read the DICT record at `pos`: records after it may use it."""
+        d = self.dictionary
+        if d is not None and d.pos == pos:
+            return
+        if d is not None or (self._dictionary_pos >= 0 and self._dictionary_pos != pos):
+            raise CorruptionError(
+                f"{self.label}: a second dictionary record"
+                f" (the first is at position {max(self._dictionary_pos, d.pos if d else -1)})",
+                path=path,
+                offset=offset,
+            )
+        self.dictionary = from_record(payload, pos, path=path, offset=offset)
+        self._dictionary_pos = pos
+
+    def _dictionary_for(self, pos: int, path: str, offset: int) -> SessionDictionary:
+        """The dictionary a record at `pos` was compressed with."""
+        d = self.dictionary
+        if d is None and 0 <= self._dictionary_pos < pos:
+            at = self._dictionary_pos
+            rec = self.read_record_at(at)  # DICT records are never compressed
+            if rec.rtype != DICT:
+                raise CorruptionError(
+                    f"{self.label}: no dictionary record at position {at}", path=path, offset=offset
+                )
+            _, seg = self._segment_for(at)
+            self._dictionary_pos = -1
+            self._adopt_dictionary(rec.payload, at, seg.path, SEGMENT_HEADER_SIZE + at - seg.base)
+            d = self.dictionary
+        if d is None or d.pos >= pos:
+            raise CorruptionError(
+                f"{self.label}: record at position {pos} is compressed with the session's"
+                " dictionary, but no dictionary record precedes it",
+                path=path,
+                offset=offset,
+            )
+        return d
+
+    def _open(self, pos: int, flags: int, stored: bytes, path: str, offset: int) -> bytes:
+        """`open_payload` of the record at `pos`, with the dictionary when it needs one."""
+        d = self._dictionary_for(pos, path, offset) if flags & FLAG_DICT else None
+        return open_payload(flags, stored, path=path, offset=offset, dictionary=d)
 
     def forget_opened_since(self, opened: int) -> None:
         """Stop using the files opened after `self.opened` was `opened` (and the
@@ -355,11 +419,9 @@ class Log:
             )
         rtype, flags, crc = frame
         stored = data[off + HEADER_SIZE : off + size]
-        if flags & FLAG_ZSTD:
+        if flags & _COMPRESSED:
             _, seg = self._segment_for(pos)
-            stored = open_payload(
-                rtype, flags, stored, path=seg.path, offset=SEGMENT_HEADER_SIZE + pos - seg.base
-            )
+            stored = self._open(pos, flags, stored, seg.path, SEGMENT_HEADER_SIZE + pos - seg.base)
         return Record(pos, size, rtype, flags, stored, crc)
 
     def read_record_at(self, pos: int) -> Record:
@@ -482,13 +544,15 @@ class Log:
                 res = parse_at(buf, off)
                 outcome, rtype, flags, pstart, pend = res
                 if outcome == OK:
-                    payload = open_payload(
-                        rtype,
-                        flags,
-                        buf[pstart:pend],
-                        path=seg.path,
-                        offset=SEGMENT_HEADER_SIZE + pos - seg.base,
-                    )
+                    payload = buf[pstart:pend]
+                    if flags & _COMPRESSED:
+                        payload = self._open(
+                            pos, flags, payload, seg.path, SEGMENT_HEADER_SIZE + pos - seg.base
+                        )
+                    elif rtype == DICT and flags == FLAG_COMMIT:  # else: `_apply` rejects it
+                        self._adopt_dictionary(
+                            payload, pos, seg.path, SEGMENT_HEADER_SIZE + pos - seg.base
+                        )
                     rec = Record(pos, pend - off, rtype, flags, payload, _crc_at(buf, off))
                     pos += rec.size
                     pending.append(rec)
@@ -816,6 +880,8 @@ class Log:
     def truncate_tail(self, end: int) -> None:
         """Cut the newest segment back to `end` durably (recovery of a torn tail)."""
         self.forget_cached()  # positions past `end` will hold other records
+        if max(self._dictionary_pos, self.dictionary.pos if self.dictionary else -1) >= end:
+            self.dictionary, self._dictionary_pos = None, -1  # `repair` cut it off
         seg = self.segments[-1]
         if end < seg.base:
             raise CorruptionError(

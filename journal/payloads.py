@@ -65,6 +65,13 @@ class CommitPayload(msgspec.Struct, array_like=True):
     committed_at_ms: int
 
 
+class DictionaryPayload(msgspec.Struct, array_like=True):
+    """The session's zstd dictionary (see journal/dictionary.py)."""
+
+    dict_id: int  # its zstd id (also in its header and in every frame that uses it)
+    data: bytes  # the dictionary, as zstd's trainer wrote it
+
+
 COMMIT_SAVE = 1
 COMMIT_FORK = 2
 
@@ -76,10 +83,11 @@ transcript_items_decoder = msgspec.msgpack.Decoder(TranscriptItemsPayload)
 execution_decoder = msgspec.msgpack.Decoder(ExecutionPayload)
 event_decoder = msgspec.msgpack.Decoder(EventPayload)
 commit_decoder = msgspec.msgpack.Decoder(CommitPayload)
+dictionary_decoder = msgspec.msgpack.Decoder(DictionaryPayload)
 
 
 def _decoders() -> dict[int, msgspec.msgpack.Decoder[Any]]:
-    from .record import CHECKPOINT, COMMIT, EVENT, EXECUTION, TRANSCRIPT
+    from .record import CHECKPOINT, COMMIT, DICT, EVENT, EXECUTION, TRANSCRIPT
 
     return {
         CHECKPOINT: checkpoint_decoder,
@@ -87,6 +95,7 @@ def _decoders() -> dict[int, msgspec.msgpack.Decoder[Any]]:
         EXECUTION: execution_decoder,
         EVENT: event_decoder,
         COMMIT: commit_decoder,
+        DICT: dictionary_decoder,
     }
 
 

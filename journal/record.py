@@ -6,7 +6,8 @@ A record is a 10-byte header followed by the payload (see FORMAT.md):
     0      4    crc32    zlib CRC-32 of bytes 4..(10 + length): length, type, flags, payload
     4      4    length   payload length in bytes (little-endian u32)
     8      1    type     record type (1..); 0 is invalid so zeroed space never parses
-    9      1    flags    bit 0: payload is zstd-compressed; bit 1: record closes a commit
+    9      1    flags    bit 0: payload is zstd-compressed; bit 1: record closes a commit;
+                         bit 2: compressed with the session's dictionary (bit 0 set too)
 
 Records between two commit-closing records (the latter included) form one
 commit: readers and recovery accept them together or not at all.
@@ -17,12 +18,15 @@ from __future__ import annotations
 import struct
 import threading
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import zstandard
 
 from .errors import CorruptionError
+
+if TYPE_CHECKING:
+    from .dictionary import SessionDictionary
 
 HEADER = struct.Struct("<IIBB")
 _LENGTH_TYPE_FLAGS = struct.Struct("<IBB")
@@ -37,6 +41,7 @@ EVENT = 4
 COMMIT = 5
 CATALOG = 6
 PAD = 7  # filler left by `compact` where a record shrank; every reader skips it
+DICT = 8  # the session's zstd dictionary (`dictionary.py`), its own commit
 TYPE_NAMES = {
     CHECKPOINT: "checkpoint",
     TRANSCRIPT: "transcript",
@@ -45,14 +50,19 @@ TYPE_NAMES = {
     COMMIT: "commit",
     CATALOG: "catalog",
     PAD: "pad",
+    DICT: "dictionary",
 }
 
 FLAG_ZSTD = 0x01
 FLAG_COMMIT = 0x02
-KNOWN_FLAGS = FLAG_ZSTD | FLAG_COMMIT
+FLAG_DICT = 0x04  # with FLAG_ZSTD: the frame needs the session's dictionary
+KNOWN_FLAGS = FLAG_ZSTD | FLAG_COMMIT | FLAG_DICT
+_DICT_ZSTD = FLAG_DICT | FLAG_ZSTD
 
 # Payloads at least this large are compressed when that saves at least 1/8.
 COMPRESS_MIN = 2048
+# With the session's dictionary, smaller ones are too (`dictionary.SAMPLE_MIN`).
+DICT_COMPRESS_MIN = 64
 MAX_PAYLOAD = 0xFFFF_FFFF
 
 _local = threading.local()
@@ -81,10 +91,24 @@ def pad_frame(size: int) -> bytes:
     return frame(PAD, bytes(size - HEADER_SIZE), commit=False, compress=False)
 
 
-def frame(rtype: int, payload: bytes, *, commit: bool, compress: bool = True) -> bytes:
-    """Return the bytes of one record carrying `payload` (compressed when worthwhile)."""
+def frame(
+    rtype: int,
+    payload: bytes,
+    *,
+    commit: bool,
+    compress: bool = True,
+    dictionary: SessionDictionary | None = None,
+) -> bytes:
+    """Return the bytes of one record carrying `payload` (compressed when worthwhile:
+    with the session's `dictionary` from `DICT_COMPRESS_MIN` bytes, else from
+    `COMPRESS_MIN`)."""
     flags = FLAG_COMMIT if commit else 0
-    if compress and len(payload) >= COMPRESS_MIN:
+    if compress and dictionary is not None and len(payload) >= DICT_COMPRESS_MIN:
+        packed = dictionary.compress(payload)
+        if len(packed) <= len(payload) - (len(payload) >> 3):
+            payload = packed
+            flags |= _DICT_ZSTD
+    elif compress and len(payload) >= COMPRESS_MIN:
         packed = _compressor().compress(payload)
         if len(packed) <= len(payload) - (len(payload) >> 3):
             payload = packed
@@ -114,9 +138,30 @@ class Record(msgspec.Struct, frozen=True, gc=False):
         return bool(self.flags & FLAG_COMMIT)
 
 
-def open_payload(rtype: int, flags: int, stored: bytes, *, path: str, offset: int) -> bytes:
-    if not flags & FLAG_ZSTD:
+def open_payload(
+    flags: int,
+    stored: bytes,
+    *,
+    path: str,
+    offset: int,
+    dictionary: SessionDictionary | None = None,
+) -> bytes:
+    """The payload of a record as written: `stored` decompressed when its flags say so."""
+    if not flags & _DICT_ZSTD:
         return stored
+    if flags & FLAG_DICT:
+        if not flags & FLAG_ZSTD:
+            raise CorruptionError(
+                "record flags name a dictionary but no compression", path=path, offset=offset
+            )
+        if dictionary is None:
+            raise CorruptionError(
+                "record is compressed with the session's dictionary,"
+                " but no dictionary record precedes it",
+                path=path,
+                offset=offset,
+            )
+        return dictionary.decompress(stored, path=path, offset=offset)
     try:
         return bytes(_decompressor().decompress(stored))
     except zstandard.ZstdError as exc:
@@ -139,6 +184,7 @@ def frame_at(buf: bytes, off: int, size: int) -> tuple[int, int, int] | None:
         length + HEADER_SIZE != size
         or rtype not in TYPE_NAMES
         or flags & ~KNOWN_FLAGS
+        or flags & _DICT_ZSTD == FLAG_DICT
         or zlib.crc32(memoryview(buf)[off + 4 : off + size]) != crc
     ):
         return None
@@ -168,7 +214,12 @@ def parse_at(buf: bytes | memoryview, off: int) -> tuple[int, int, int, int, int
     end = start + length
     if end > n:
         return SHORT, rtype, flags, start, end
-    if rtype == 0 or rtype not in TYPE_NAMES or flags & ~KNOWN_FLAGS:
+    if (
+        rtype == 0
+        or rtype not in TYPE_NAMES
+        or flags & ~KNOWN_FLAGS
+        or flags & _DICT_ZSTD == FLAG_DICT
+    ):
         return BAD, rtype, flags, start, end
     if zlib.crc32(buf[off + 4 : end]) != crc:
         return BAD, rtype, flags, start, end

@@ -29,7 +29,7 @@ from typing import Any
 
 import msgspec
 
-from . import eventrules, fsio, payloads
+from . import dictionary, eventrules, fsio, payloads
 from .cache import ReadCache
 from .context import msgpack_array_header, plan_context
 from .errors import (
@@ -72,6 +72,7 @@ from .payloads import (
 from .record import (
     CHECKPOINT,
     COMMIT,
+    DICT,
     EVENT,
     EXECUTION,
     FLAG_COMMIT,
@@ -135,6 +136,7 @@ class Head(msgspec.Struct):
     transcripts: int = 0
     executions: int = 0
     commits: int = 0
+    dict_pos: int = -1  # log position of the session's DICT record, or -1
 
 
 class _FirstUserMessage(msgspec.Struct):
@@ -158,6 +160,9 @@ class SessionOptions:
     snapshot_bytes: int = 1 << 20  # write a snapshot after this much new log
     index_flush_entries: int = 4096
     read_cache: ReadCache | None = None  # shared by a store's sessions
+    # Train a zstd dictionary per session and compress with it (`dictionary.py`);
+    # False: neither (records that use one stay readable).
+    dictionary: bool = True
 
 
 @dataclass
@@ -258,6 +263,12 @@ class Session:
         # A private session's caller may ask to hear when its first commit is written
         # (to start syncing it while the rest of the call runs: `Store._stage`).
         self.on_written: Callable[[], None] | None = None
+        # Payloads this writer sampled for the session's dictionary; None when the
+        # session has one, or gave up on one, or is private. `on_samples` (set by
+        # the store) hears once that there are enough to train one.
+        self._samples: list[bytes] | None = [] if options.dictionary and not private else None
+        self._sampled = 0
+        self.on_samples: Callable[[], None] | None = None
         self.identity_path = os.path.join(directory, IDENTITY_FILE)  # checked on every call
         # (a private directory is not published: nothing to tell its incarnation from)
         self._identity_key = _file_key(self.identity_path) if private is None else None
@@ -513,6 +524,9 @@ class Session:
             self.head = head
             self._receipts = set(head.receipts)
             self._snapshot_covered = head.covered
+            if head.dict_pos >= 0:
+                self.log.dictionary_at(head.dict_pos)
+                self._samples = None
         # Damage is remembered, not raised: the committed prefix before it stays readable.
         self._catch_up(strict=False, tolerate=True, cold=True)
 
@@ -527,6 +541,8 @@ class Session:
             return None  # a damaged cache is rebuilt from the log, never an error
         if not self._anchor_ok(head.covered, (head.anchor_pos, head.anchor_crc)):
             return None
+        if head.dict_pos >= head.covered:
+            return None  # not a snapshot this code wrote
         self._snapshot_size = len(raw)
         return head
 
@@ -714,6 +730,9 @@ class Session:
             rtype = rec.rtype
             kind = _INDEX_OF.get(rtype)
             if kind is None:
+                if rtype == DICT:
+                    self._apply_dictionary(commit, rec, to_head)
+                    continue
                 if rtype not in (COMMIT, PAD):
                     raise CorruptionError(
                         f"unexpected record type {rtype} in a session log",
@@ -759,6 +778,18 @@ class Session:
             head.covered = commit_end
             head.anchor_pos, head.anchor_crc = last.pos, last.crc
             head.commits += 1
+
+    def _apply_dictionary(self, commit: list[Record], rec: Record, to_head: bool) -> None:
+        """A DICT record (read by a scan, which adopted it: `Log.committed`)."""
+        if len(commit) != 1 or rec.flags != FLAG_COMMIT:
+            raise CorruptionError(
+                "a dictionary record must be a commit of its own, uncompressed",
+                path=self.log.label,
+                offset=rec.pos,
+            )
+        if to_head:
+            self.head.dict_pos = rec.pos
+        self._samples = None
 
     def _apply_checkpoint(self, p: CheckpointPayload, rec: Record) -> None:
         head = self.head
@@ -970,11 +1001,14 @@ class Session:
         objs: list[Any] = []
         pos = start
         first_event = last_event = 0
+        zdict = self.log.dictionary if self.options.dictionary else None
         for rtype, obj in records:
             payload = _encode(obj)
             if len(payload) > self.options.max_record_bytes:
                 raise_too_large(rtype, len(payload), self.options.max_record_bytes)
-            data = frame(rtype, payload, commit=False)
+            if self._samples is not None:
+                self._sample(payload)
+            data = frame(rtype, payload, commit=False, dictionary=zdict)
             frames.append(data)
             recs.append(Record(pos, len(data), rtype, 0, b""))
             objs.append(obj)
@@ -994,6 +1028,50 @@ class Session:
             self._apply(recs, objs)
             self._extend_view(start, end)
         return end
+
+    def _sample(self, payload: bytes) -> None:
+        """Keep `payload` for training the session's dictionary (writer's lock held)."""
+        samples = self._samples
+        if samples is None or len(payload) < dictionary.SAMPLE_MIN:
+            return
+        if self._sampled < dictionary.SAMPLE_BYTES:
+            samples.append(payload)
+            self._sampled += len(payload)
+            if self._sampled >= dictionary.SAMPLE_BYTES and self.on_samples is not None:
+                self.on_samples()
+
+    def take_samples(self) -> list[bytes] | None:
+        """The samples for training, once there are enough (else None)."""
+        with self._state_lock:
+            samples = self._samples
+            if samples is None or self._sampled < dictionary.SAMPLE_BYTES:
+                return None
+            return list(samples)
+
+    def no_dictionary(self) -> None:
+        """Training found no dictionary worth keeping: stop sampling (this object)."""
+        with self._state_lock:
+            self._samples = None
+
+    def write_dictionary(self, data: bytes) -> bool:
+        """Commit `data` as the session's dictionary (caller holds `writing()`); False
+        when the session has one already (another writer's). Not synced on its own:
+        the records that use it come after it, so the sync that makes any of them
+        durable makes it durable too, and a crash that loses it loses them."""
+        if self.log.dictionary is not None or self.head.dict_pos >= 0:
+            self.no_dictionary()
+            return False
+        start = self.log.writer_end
+        zdict = dictionary.SessionDictionary(data, start, path=self.log.label)
+        data = frame(DICT, zdict.payload(), commit=True, compress=False)
+        end = self.log.write(data)
+        with self._state_lock:
+            crc = int.from_bytes(data[:4], "little")
+            rec = Record(start, len(data), DICT, FLAG_COMMIT, b"", crc)
+            self.log.use_dictionary(zdict)
+            self._apply([rec], [None])
+            self._extend_view(start, end)
+        return True
 
     def _extend_view(self, start: int, end: int) -> None:
         """Our own commits, written at `start`, end at `end`: when the last scan had
@@ -1348,6 +1426,7 @@ class Session:
                 f"event journal session does not exist: {self.id!r} (save a checkpoint first)"
             )
         limit = self.options.max_record_bytes
+        zdict = self.log.dictionary if self.options.dictionary else None
         with self._state_lock:
             rules = head.rules
             seq = head.event_counter
@@ -1372,7 +1451,9 @@ class Session:
                     size = len(raw)
                     if size > limit:
                         raise_too_large(EVENT, size, limit)
-                    data = frame(EVENT, raw, commit=True)
+                    if self._samples is not None:
+                        self._sample(raw)
+                    data = frame(EVENT, raw, commit=True, dictionary=zdict)
                 except Exception as exc:  # this caller's input: the others go on
                     eventrules.undo(rules, changes, mark)
                     req.error = exc

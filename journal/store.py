@@ -25,7 +25,7 @@ from typing import Any, Generic, Literal, TypeVar, cast
 
 import msgspec
 
-from . import fsio, validate
+from . import dictionary, fsio, validate
 from .cache import ReadCache
 from .catalog import (
     OP_DELETE,
@@ -197,6 +197,7 @@ class Store:
         read_cache_bytes: int = 8 << 20,
         create: bool = True,
         read_only: bool = False,
+        dictionary: bool = True,
     ):
         if durability not in ("fsync", "os"):
             raise InvalidInputError(f"durability must be 'fsync' or 'os', not {durability!r}")
@@ -219,6 +220,7 @@ class Store:
             lock_timeout=lock_timeout,
             max_record_bytes=max_record_bytes,
             read_cache=ReadCache(read_cache_bytes) if read_cache_bytes else None,
+            dictionary=dictionary and not read_only,
         )
         # Open sessions, least recently used first; each holds a few file descriptors.
         self._sessions: dict[str, Session] = {}
@@ -316,6 +318,7 @@ class Store:
                     try:
                         sess = Session(path, session_id, self.options)
                         sess.doomed = functools.partial(self._doomed, name)
+                        sess.on_samples = functools.partial(self._want_dictionary, session_id)
                     except UnfinishedSessionError as exc:
                         unfinished = exc
                     except (CorruptionError, StorageError):
@@ -650,6 +653,31 @@ class Store:
         if sess is not None and sess.exists:
             with sess.writing():
                 sess.log.preallocate_ahead()
+
+    def _want_dictionary(self, session_id: str) -> None:
+        """A writer of the session sampled enough payloads to train its dictionary."""
+        self.spares.run_soon(functools.partial(self._train_dictionary, session_id))
+
+    @_guard
+    def _train_dictionary(self, session_id: str) -> None:
+        """Train the session's zstd dictionary on what its writer sampled, and commit
+        it (FORMAT.md section 3), in the background (`SparePool.run_soon`): training
+        takes 15-30 ms, which no caller's save should wait for. Later records of
+        the session are compressed with it."""
+        if self._closed or self.read_only:
+            return
+        sess = self._session(session_id)
+        if sess is None:
+            return
+        samples = sess.take_samples()
+        if samples is None:
+            return
+        data = dictionary.train(samples)
+        if data is None:
+            sess.no_dictionary()
+            return
+        with sess.writing():
+            sess.write_dictionary(data)
 
     def _create(
         self,

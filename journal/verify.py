@@ -26,7 +26,7 @@ from .index import (
 from .log import KIND_SESSION, Log, ScanState
 from .metafile import KIND_IDENTITY, KIND_SNAPSHOT, KIND_STATE, read_meta
 from .naming import dir_name
-from .record import CHECKPOINT, EVENT, PAD, TYPE_NAMES
+from .record import CHECKPOINT, DICT, EVENT, FLAG_COMMIT, PAD, TYPE_NAMES
 from .session import (
     _INDEX_OF,
     IDENTITY_FILE,
@@ -130,6 +130,15 @@ def _scan(
             for rec in commit:
                 if rec.rtype == PAD:
                     continue  # filler left by compact
+                if rec.rtype == DICT and (len(commit) != 1 or rec.flags != FLAG_COMMIT):
+                    findings.append(
+                        _at(
+                            log,
+                            sid,
+                            rec.pos,
+                            "a dictionary record must be a commit of its own, uncompressed",
+                        )
+                    )
                 decoder = _DECODERS.get(rec.rtype)
                 if decoder is None:
                     findings.append(
@@ -307,6 +316,18 @@ def _check_snapshot(
             None,
             f"snapshot covers position {head.covered} beyond the log's"
             f" {report.log_bytes}; rebuilt from the log",
+        )
+        return
+    in_log = log.dictionary.pos if log.dictionary is not None else -1
+    if head.dict_pos >= 0 and head.dict_pos != in_log:
+        yield Finding(
+            SEVERITY_CACHE,
+            sid,
+            path,
+            None,
+            f"snapshot names a dictionary record at position {head.dict_pos}, the log has"
+            f" {'none' if in_log < 0 else f'one at {in_log}'}; remove the snapshot (a cache)"
+            " and the next open rebuilds it from the log",
         )
 
 

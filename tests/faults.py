@@ -445,3 +445,12 @@ def record_stats_and_writes(monkeypatch: Any) -> tuple[set[str], set[str]]:
     monkeypatch.setattr(os, "stat", stat)
     monkeypatch.setattr(os, "pwrite", pwrite)
     return stat_of, written
+
+
+def commit_dictionary(store: Store, session_id: str, data: bytes) -> None:
+    """Commit `data` as the session's zstd dictionary now, as `Store._train_dictionary`
+    does once the background training found one (FORMAT.md section 3)."""
+    sess = store._session(session_id)
+    assert sess is not None
+    with sess.writing():
+        assert sess.write_dictionary(data)

@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from journal import catalog, index, log, metafile, payloads, record, session, store
+from journal import catalog, dictionary, index, log, metafile, payloads, record, session, store
 from journal.types import Event
 
 DOC = (Path(__file__).resolve().parent.parent / "FORMAT.md").read_text()
@@ -41,9 +41,12 @@ CODE_CONSTANTS = {
     "record.type.commit": record.COMMIT,
     "record.type.catalog": record.CATALOG,
     "record.type.pad": record.PAD,
+    "record.type.dictionary": record.DICT,
     "record.flag.zstd": record.FLAG_ZSTD,
     "record.flag.commit": record.FLAG_COMMIT,
+    "record.flag.dictionary": record.FLAG_DICT,
     "record.compress_min": record.COMPRESS_MIN,
+    "record.dict_compress_min": record.DICT_COMPRESS_MIN,
     "index.magic": index.INDEX_MAGIC.hex(),
     "index.version": index.INDEX_VERSION,
     "index.header_size": index.INDEX_HEADER_SIZE,
@@ -126,6 +129,7 @@ def test_record_frame_table_matches_struct() -> None:
         ("ExecutionPayload", payloads.ExecutionPayload),
         ("EventPayload", payloads.EventPayload),
         ("CommitPayload", payloads.CommitPayload),
+        ("DictionaryPayload", payloads.DictionaryPayload),
         ("CatalogRecord", catalog.CatalogRecord),
     ],
 )
@@ -139,6 +143,40 @@ def test_snapshot_fields_documented() -> None:
     assert m
     documented = re.findall(r"`(\w+)`", m.group(1))
     assert documented == [f.name for f in msgspec.structs.fields(session.Head)]
+
+
+def test_dictionary_paragraph_matches_the_writer(tmp_path: Path) -> None:
+    """The numbers FORMAT.md gives for the session dictionary, and a real DICT record."""
+    para = DOC[DOC.index("**The session dictionary.**") :].split("\n\n")[0]
+    flat = " ".join(para.split())
+    assert f"at least {record.DICT_COMPRESS_MIN} bytes" in flat
+    assert f"first {dictionary.SAMPLE_BYTES >> 10} KiB of payloads" in flat
+    assert f"of at least {dictionary.SAMPLE_MIN} bytes" in flat
+    assert f"trains an {dictionary.SIZE >> 10} KiB dictionary" in flat
+    assert f"(zstd level {dictionary.LEVEL})" in flat
+    import random
+
+    import journal
+    from journal.inspect import replay
+
+    rng = random.Random(3)
+    words = ["the", "build", "failed", "because", "linker", "could", "not", "find", "libssl"]
+    store = journal.open(tmp_path / "root")
+    store.save(journal.Checkpoint.empty("x", owner_id="o"))
+    for n in range(300):
+        msg = {"type": "warning", "message": " ".join(rng.choice(words) for _ in range(40))}
+        store.append_event("x", n, Event(msg=msg))
+    store.spares.wait()
+    recs = [(r, len(c)) for c in replay(store.session_dir("x")) for r in c]
+    store.close()
+    dicts = [(r, n) for r, n in recs if r.rtype == record.DICT]
+    assert len(dicts) == 1
+    rec, alone = dicts[0]
+    assert alone == 1 and rec.flags == 0x02  # "a commit of its own ... flags are exactly 02"
+    p = payloads.dictionary_decoder.decode(rec.payload)
+    assert p.data[:4] == bytes.fromhex("37a430ec")  # "magic 37 a4 30 ec"
+    after = [r for r, _ in recs if r.pos > rec.pos]
+    assert after and all(r.flags == 0x07 for r in after)  # bits 0, 1 and 2
 
 
 def _hexdump(data: bytes) -> str:

@@ -18,8 +18,18 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import pytest
-from faults import PowerLossOps, checkpoint, execution, observe, recording, warning
+import zstandard
+from faults import (
+    PowerLossOps,
+    checkpoint,
+    commit_dictionary,
+    execution,
+    observe,
+    recording,
+    warning,
+)
 
 import journal
 
@@ -86,6 +96,25 @@ def workload() -> list[tuple[str, Any]]:
 
         steps.append((f"fork {parent}@{seq} -> {child}", call))
 
+    def dictionary(sid: str) -> None:
+        # A zstd dictionary for payloads like this workload's, committed as the
+        # session's DICT record (what the background training does, here in the
+        # recorded order): the records after it are compressed with it.
+        rng = random.Random(3)
+        samples = [
+            msgspec.msgpack.encode(
+                [{"role": "user", "n": k, "text": f"{sid} turn {k}"}, f"{sid} save {k} event"]
+                + [rng.choice(["session", "owner", "context", "epoch"]) for _ in range(8)]
+            )
+            for k in range(200)
+        ]
+        data = zstandard.train_dictionary(2048, samples).as_bytes()
+
+        def call(store: journal.Store) -> None:
+            commit_dictionary(store, sid, data)
+
+        steps.append((f"dictionary {sid}", call))
+
     def delete(sid: str) -> None:
         def call(store: journal.Store) -> None:
             assert store.delete_sessions([sid])
@@ -106,6 +135,8 @@ def workload() -> list[tuple[str, Any]]:
             save("beta", i, events=1)
         if i == 2:
             fork("alpha", 1, "gamma")
+        if i == 4:
+            dictionary("alpha")
         if i == 5:
             fork("gamma", 0, "delta")
         if i == 8:
