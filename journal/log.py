@@ -208,10 +208,9 @@ class Log:
         self.preallocate = True
         self.sync_on_close = True
         # The session's zstd dictionary (FORMAT.md section 3), once a scan read its
-        # DICT record or the snapshot named its position (`dictionary_at`: read on
-        # first use).
+        # DICT record or the snapshot named it (`load_dictionary`).
         self.dictionary: SessionDictionary | None = None
-        self._dictionary_pos = -1
+        self._dictionary_lock = threading.Lock()
         if fresh:
             self.segments = [Segment(0, os.path.join(directory, segment_name(0)))]
         else:
@@ -229,46 +228,40 @@ class Log:
         if self._cache is not None:
             self._space = self._cache.new_space()
 
-    def dictionary_at(self, pos: int) -> None:
-        """The session's dictionary is the DICT record at `pos` (from a snapshot): it is
-        read when a record first needs it."""
-        if self.dictionary is None or self.dictionary.pos != pos:
-            self.dictionary = None
-            self._dictionary_pos = pos
+    def load_dictionary(self, pos: int) -> None:
+        """Adopt the DICT record at `pos` (a snapshot's `dict_pos`); `CorruptionError`
+        when there is none there."""
+        rec = self.read_record_at(pos)  # DICT records are never compressed
+        _, seg = self._segment_for(pos)
+        where = SEGMENT_HEADER_SIZE + pos - seg.base
+        if rec.rtype != DICT or rec.flags != FLAG_COMMIT:
+            raise CorruptionError(f"{self.label}: no dictionary record at position {pos}",
+                                  path=seg.path, offset=where)
+        self._adopt_dictionary(rec.payload, pos, seg.path, where)
 
     def use_dictionary(self, d: SessionDictionary) -> None:
         """The writer just wrote `d`'s DICT record (at `d.pos`)."""
-        self.dictionary, self._dictionary_pos = d, d.pos
+        self.dictionary = d
 
     def _adopt_dictionary(self, payload: bytes, pos: int, path: str, offset: int) -> None:
-        """A scan read the DICT record at `pos`: records after it may use it."""
-        d = self.dictionary
-        if d is not None and d.pos == pos:
-            return
-        if d is not None or (self._dictionary_pos >= 0 and self._dictionary_pos != pos):
-            raise CorruptionError(
-                f"{self.label}: a second dictionary record"
-                f" (the first is at position {max(self._dictionary_pos, d.pos if d else -1)})",
-                path=path,
-                offset=offset,
-            )
-        self.dictionary = from_record(payload, pos, path=path, offset=offset)
-        self._dictionary_pos = pos
+        """A scan (or `load_dictionary`) read the DICT record at `pos`: records after it
+        may use it. Under a lock: reader threads scan the same log."""
+        with self._dictionary_lock:
+            d = self.dictionary
+            if d is not None:
+                if d.pos == pos:
+                    return
+                raise CorruptionError(
+                    f"{self.label}: a second dictionary record (the first is at position"
+                    f" {d.pos})",
+                    path=path,
+                    offset=offset,
+                )
+            self.dictionary = from_record(payload, pos, path=path, offset=offset)
 
     def _dictionary_for(self, pos: int, path: str, offset: int) -> SessionDictionary:
         """The dictionary a record at `pos` was compressed with."""
         d = self.dictionary
-        if d is None and 0 <= self._dictionary_pos < pos:
-            at = self._dictionary_pos
-            rec = self.read_record_at(at)  # DICT records are never compressed
-            if rec.rtype != DICT:
-                raise CorruptionError(
-                    f"{self.label}: no dictionary record at position {at}", path=path, offset=offset
-                )
-            _, seg = self._segment_for(at)
-            self._dictionary_pos = -1
-            self._adopt_dictionary(rec.payload, at, seg.path, SEGMENT_HEADER_SIZE + at - seg.base)
-            d = self.dictionary
         if d is None or d.pos >= pos:
             raise CorruptionError(
                 f"{self.label}: record at position {pos} is compressed with the session's"
@@ -423,6 +416,15 @@ class Log:
             _, seg = self._segment_for(pos)
             stored = self._open(pos, flags, stored, seg.path, SEGMENT_HEADER_SIZE + pos - seg.base)
         return Record(pos, size, rtype, flags, stored, crc)
+
+    def closes_commit(self, pos: int, size: int, crc: int) -> bool:
+        """Is the record at `pos` of framed `size` intact, closing a commit, with checksum
+        `crc`? (A cache's anchor check: the frame only, its payload not decompressed.)"""
+        try:
+            frame = frame_at(self.pread(pos, size), 0, size)
+        except CorruptionError:
+            return False
+        return frame is not None and bool(frame[1] & FLAG_COMMIT) and frame[2] == crc
 
     def read_record_at(self, pos: int) -> Record:
         """Read the record at `pos` when only its position is known (two reads)."""
@@ -880,8 +882,8 @@ class Log:
     def truncate_tail(self, end: int) -> None:
         """Cut the newest segment back to `end` durably (recovery of a torn tail)."""
         self.forget_cached()  # positions past `end` will hold other records
-        if max(self._dictionary_pos, self.dictionary.pos if self.dictionary else -1) >= end:
-            self.dictionary, self._dictionary_pos = None, -1  # `repair` cut it off
+        if self.dictionary is not None and self.dictionary.pos >= end:
+            self.dictionary = None  # `repair` cut it off
         seg = self.segments[-1]
         if end < seg.base:
             raise CorruptionError(

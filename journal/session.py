@@ -525,7 +525,6 @@ class Session:
             self._receipts = set(head.receipts)
             self._snapshot_covered = head.covered
             if head.dict_pos >= 0:
-                self.log.dictionary_at(head.dict_pos)
                 self._samples = None
         # Damage is remembered, not raised: the committed prefix before it stays readable.
         self._catch_up(strict=False, tolerate=True, cold=True)
@@ -543,6 +542,13 @@ class Session:
             return None
         if head.dict_pos >= head.covered:
             return None  # not a snapshot this code wrote
+        if head.dict_pos >= 0:
+            # Loaded now (a read of about 8 KiB): the records after it need it, and a
+            # snapshot that names no dictionary record there is not used at all.
+            try:
+                self.log.load_dictionary(head.dict_pos)
+            except JournalError:
+                return None
         self._snapshot_size = len(raw)
         return head
 
@@ -554,10 +560,9 @@ class Session:
         if pos >= covered:
             return False
         try:
-            rec = self.log.read_record(pos, covered - pos)
+            return self.log.closes_commit(pos, covered - pos, crc)
         except JournalError:
             return False
-        return rec.commits and rec.crc == crc
 
     def _catch_up(self, *, strict: bool, tolerate: bool = False, cold: bool = False) -> ScanState:
         """Apply every committed record past what the head and indexes know.
@@ -1035,6 +1040,10 @@ class Session:
         if samples is None or len(payload) < dictionary.SAMPLE_MIN:
             return
         if self._sampled < dictionary.SAMPLE_BYTES:
+            # A prefix of a long payload samples it: one 50 KiB checkpoint alone would
+            # otherwise fill the sample, and training wants many samples.
+            if len(payload) > dictionary.SAMPLE_MAX:
+                payload = payload[: dictionary.SAMPLE_MAX]
             samples.append(payload)
             self._sampled += len(payload)
             if self._sampled >= dictionary.SAMPLE_BYTES and self.on_samples is not None:

@@ -56,7 +56,7 @@ from .log import SEGMENT_HEADER_SIZE
 from .metafile import KIND_MANIFEST, read_meta, write_meta
 from .naming import dir_name
 from .session import LOCK_FILE, Session, SessionGone, SessionIdentity, SessionOptions
-from .spares import Spare, SparePool
+from .spares import Spare, SparePool, at_low_priority
 from .state import StateStore
 from .tree import DeleteIntent, Tree
 from .types import (
@@ -672,7 +672,7 @@ class Store:
         samples = sess.take_samples()
         if samples is None:
             return
-        data = dictionary.train(samples)
+        data = at_low_priority(functools.partial(dictionary.train, samples))
         if data is None:
             sess.no_dictionary()
             return

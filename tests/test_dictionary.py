@@ -146,10 +146,18 @@ def test_every_way_in_reads_records_compressed_with_it(tmp_path: Path) -> None:
     store.close()
     head = msgspec.msgpack.decode(read_meta(str(sdir / "snapshot"), KIND_SNAPSHOT), type=Head)
     assert head.dict_pos == dict_pos
-    # cold, through the snapshot and index files (the dictionary read when first needed)
+    # cold, through the snapshot and index files: no scan of the log, and the
+    # dictionary read from where the snapshot says
     with journal.open(root) as again:
+        sess = again._session("s")
+        assert sess is not None and sess._snapshot_covered == head.covered > dict_pos
+        assert sess.log.dictionary is not None and sess.log.dictionary.pos == dict_pos
         assert messages(again, "s") == texts
         assert again.load("s") is not None
+        # and a writer that opened that way compresses with it
+        texts += write_events(again, "s", 20, seed=5)
+        newest = [r for r in log_records(again, "s") if r[1] == EVENT][-20:]
+        assert all(r[2] & FLAG_DICT for r in newest)
     # cold, from the log alone
     for name in ("snapshot", "events.idx", "checkpoints.idx"):
         (sdir / name).unlink()
@@ -163,6 +171,25 @@ def test_every_way_in_reads_records_compressed_with_it(tmp_path: Path) -> None:
         assert messages(copied, "s") == texts
         pass
     assert data_findings(other) == []
+
+
+def test_a_snapshot_that_names_no_dictionary_record_is_not_used(tmp_path: Path) -> None:
+    from journal.metafile import write_meta
+
+    root = tmp_path / "root"
+    store, texts = trained_store(root)
+    store.flush()
+    sdir = Path(store.session_dir("s"))
+    store.close()
+    path = str(sdir / "snapshot")
+    head = msgspec.msgpack.decode(read_meta(path, KIND_SNAPSHOT), type=Head)
+    head.dict_pos += 10  # inside the DICT record: no record starts there
+    write_meta(path, KIND_SNAPSHOT, msgspec.msgpack.encode(head), durable=False)
+    for _ in range(2):  # and the next open, after this one rewrote the caches
+        with journal.open(root) as again:
+            assert messages(again, "s") == texts
+            again.flush()
+    assert data_findings(root) == []
 
 
 def test_it_makes_small_records_far_smaller(tmp_path: Path) -> None:
@@ -382,7 +409,8 @@ def test_two_processes_share_the_first_dictionary_written(tmp_path: Path) -> Non
         )
         assert out.stdout.strip() == "dict", out.stderr
         store._train_dictionary("s")  # catches up, finds the other's dictionary
-        texts += [m for m in messages(store, "s")[len(texts) :]]
+        rng = random.Random(11)  # what the child appended (`write_events`, seed 11)
+        texts += [chat_event(rng, n).msg["message"] for n in range(200)]
         texts += write_events(store, "s", 20, seed=3)
         dicts = dictionary_records(store, "s")
         assert len(dicts) == 1
@@ -475,3 +503,62 @@ def test_kill9_around_the_dictionary_loses_nothing_acknowledged(tmp_path: Path) 
         assert len(dictionary_records(store, "s")) == 1
         after = [r for r in log_records(store, "s") if r[2] & FLAG_DICT]
         assert len(after) > 100, "the kills should land among dictionary-compressed appends"
+
+
+# ------------------------------------------------- the tools on such a log
+
+
+def test_compact_export_import_and_repair_keep_it_readable(tmp_path: Path) -> None:
+    from journal.bundle import export_sessions, import_bundle
+    from journal.compact import compact_session
+    from journal.repair import repair_session
+
+    root = tmp_path / "root"
+    rng = random.Random(4)
+    store = journal.open(root, segment_bytes=16 << 10)  # several sealed segments
+    context: list[Any] = []
+    for seq in range(120):
+        context = [*context, {"role": "assistant", "content": text(rng)}]
+        store.save_with_events(
+            checkpoint("s", seq, context), [{"t": text(rng, 10)}], None, []
+        )
+        if seq == 20:
+            store.spares.wait()  # the dictionary, early on
+    sdir = store.session_dir("s")
+    assert dictionary_records(store, "s")
+    store.close()
+    # compaction rewrites sealed segments (stubs and holes): what stays, reads
+    report = compact_session(sdir, "s", keep=5)
+    assert report.compacted and report.segments_rewritten >= 1
+    with journal.open(root) as after:
+        assert after.load("s").context == context
+        assert after.checkpoint_at("s", 118).context == context[:119]
+    assert data_findings(root) == []
+    # a bundle of it installs in another store
+    bundle = str(tmp_path / "s.bundle")
+    export_sessions(str(root), ["s"], bundle)
+    other = tmp_path / "other"
+    journal.open(other).close()
+    import_bundle(str(other), bundle)
+    with journal.open(other) as copied:
+        assert copied.load("s").context == context
+    # damage before the dictionary record in a one-segment log: repair cuts the log
+    # there, which takes the dictionary away, and later writes do without it
+    root2 = tmp_path / "root2"
+    store2, _ = trained_store(root2)
+    dict_pos = dictionary_records(store2, "s")[0][0]
+    seg = segment_path(store2, "s")
+    events = [r for r in log_records(store2, "s") if r[1] == EVENT and r[0] < dict_pos]
+    sdir2 = store2.session_dir("s")
+    store2.close()
+    off, length, _, _ = _frame_at(seg, events[-5][0])
+    flip_byte(str(seg), off + HEADER_SIZE + length // 2)
+    fixed = repair_session(sdir2, "s", cut_at_damage=True)
+    assert not fixed.refused and fixed.last_event == len(events) - 5
+    with journal.open(root2, dictionary=True) as again:
+        assert dictionary_records(again, "s") == []
+        kept = messages(again, "s")
+        assert len(kept) == len(events) - 5
+        more = write_events(again, "s", 30, seed=8)
+        assert messages(again, "s") == kept + more
+    assert data_findings(root2) == []

@@ -154,6 +154,7 @@ def test_dictionary_paragraph_matches_the_writer(tmp_path: Path) -> None:
     assert f"of at least {dictionary.SAMPLE_MIN} bytes" in flat
     assert f"trains an {dictionary.SIZE >> 10} KiB dictionary" in flat
     assert f"(zstd level {dictionary.LEVEL})" in flat
+    assert f"longer than {dictionary.SAMPLE_MAX >> 10} KiB, its first" in flat
     import random
 
     import journal
