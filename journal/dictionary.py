@@ -41,9 +41,12 @@ class SessionDictionary:
     """One session's dictionary, ready for use by any thread.
 
     The decompression side is digested before other threads see the object. The
-    compression side is digested on first use, under a lock, because readers never
-    need it. Each thread has its own zstd contexts: zstd contexts must not be shared
-    between threads (the digested dictionaries may be).
+    compression side is digested on first use, because readers never need it. zstd
+    contexts must not be used by two threads at once, and each costs memory (96 KiB
+    to decompress, 34 KiB to compress), so each call takes one from a pool of this
+    dictionary's own and puts it back: the pool holds as many as threads ever used
+    the session at the same time, usually one, and goes with the session when it
+    closes.
     """
 
     def __init__(self, data: bytes, pos: int, *, path: str = "", offset: int | None = None):
@@ -58,14 +61,16 @@ class SessionDictionary:
         self.data = data
         self.dict_id = zdict.dict_id()
         self._zdict = zdict
-        self._local = threading.local()
-        self._local.dctx = dctx
+        # list.pop and list.append are atomic: the pools need no lock
+        self._dctxs: list[Any] = [dctx]
+        self._cctxs: list[Any] = []
         self._compress_lock = threading.Lock()
         self._compress_ready = False
 
     def compress(self, payload: bytes) -> bytes:
-        cctx = getattr(self._local, "cctx", None)
-        if cctx is None:
+        try:
+            cctx = self._cctxs.pop()
+        except IndexError:
             with self._compress_lock:
                 if not self._compress_ready:
                     self._zdict.precompute_compress(level=LEVEL)
@@ -73,14 +78,16 @@ class SessionDictionary:
             cctx = zstandard.ZstdCompressor(
                 level=LEVEL, dict_data=self._zdict, write_checksum=False, write_content_size=True
             )
-            self._local.cctx = cctx
-        return bytes(cctx.compress(payload))
+        try:
+            return bytes(cctx.compress(payload))
+        finally:
+            self._cctxs.append(cctx)
 
     def decompress(self, stored: bytes, *, path: str, offset: int) -> bytes:
-        dctx: Any = getattr(self._local, "dctx", None)
-        if dctx is None:
+        try:
+            dctx = self._dctxs.pop()
+        except IndexError:
             dctx = zstandard.ZstdDecompressor(dict_data=self._zdict)
-            self._local.dctx = dctx
         try:
             return bytes(dctx.decompress(stored))
         except zstandard.ZstdError as exc:
@@ -89,6 +96,8 @@ class SessionDictionary:
                 path=path,
                 offset=offset,
             ) from exc
+        finally:
+            self._dctxs.append(dctx)
 
     def payload(self) -> bytes:
         return encode(DictionaryPayload(self.dict_id, self.data))
