@@ -72,6 +72,7 @@ _GATHER_MAX = 0.002  # the longest a sync leader waits for announced commits (se
 _unpack_header = HEADER.unpack_from
 _NOT_COMMIT = ~FLAG_COMMIT
 _COMPRESSED = FLAG_ZSTD | FLAG_DICT
+_DICT_FLAGS = (FLAG_ZSTD | FLAG_DICT, FLAG_ZSTD | FLAG_DICT | FLAG_COMMIT)
 _PREALLOC_MIN = 64 << 10
 _PREALLOC_MAX = 4 << 20
 # Where a record header could start: a known type byte (1..8) then known flags (0..3,
@@ -482,15 +483,21 @@ class Log:
                 off = pos - first
                 crc, length, rtype, flags = unpack(block, off)
                 if (
-                    flags & _NOT_COMMIT
+                    (flags & _NOT_COMMIT and flags not in _DICT_FLAGS)
                     or length + hsize != size
                     or rtype not in known
                     or crc32(view[off + 4 : off + size]) != crc
                 ):
-                    # compressed, or anything wrong: the careful path
+                    # plain-compressed, or anything wrong: the careful path
                     out[i] = self._record_in(block, off, pos, size)
                     continue
-                out[i] = Record(pos, size, rtype, flags, block[off + hsize : off + size], crc)
+                payload = block[off + hsize : off + size]
+                if flags & FLAG_DICT:  # most compressed records, once a session has one
+                    where = SEGMENT_HEADER_SIZE + pos - seg.base
+                    payload = self._dictionary_for(pos, seg.path, where).decompress(
+                        payload, path=seg.path, offset=where
+                    )
+                out[i] = Record(pos, size, rtype, flags, payload, crc)
             k = j + 1
         return [r for r in out if r is not None]
 
