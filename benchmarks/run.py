@@ -80,6 +80,8 @@ class Mode(NamedTuple):
 DURABLE = Mode("durable", "fsync", "FULL")
 OS_ONLY = Mode("os", "os", "NORMAL")
 MODES = (DURABLE, OS_ONLY)
+# Store options beyond the mode (`--no-dictionary` sets dictionary=False)
+JOURNAL_OPTIONS: dict[str, Any] = {}
 
 
 @dataclass(frozen=True)
@@ -241,7 +243,7 @@ class JournalSide:
 
     def __init__(self, root: Path, mode: Mode) -> None:
         self.root = root
-        self.store = journal.open(root, durability=mode.durability)
+        self.store = journal.open(root, durability=mode.durability, **JOURNAL_OPTIONS)
 
     def save(self, save: Save) -> None:
         self.store.save_with_events(*save.typed)
@@ -1196,7 +1198,7 @@ class Harness:
             assert isinstance(side, JournalSide)
             side.store.close()  # flush snapshot and indexes
             disk = JournalDisk.of(side.root)
-            side.store = journal.open(side.root, durability=OS_ONLY.durability)
+            side.store = journal.open(side.root, durability=OS_ONLY.durability, **JOURNAL_OPTIONS)
             return {
                 "all": disk.allocated,
                 "no_caches": disk.allocated - disk.caches,
@@ -1438,7 +1440,7 @@ class Harness:
 
 
 def journal_session_dir(root: Path, session_id: str) -> Path:
-    store = journal.open(root, durability=OS_ONLY.durability)
+    store = journal.open(root, durability=OS_ONLY.durability, **JOURNAL_OPTIONS)
     try:
         return Path(store.session_dir(session_id))
     finally:
@@ -1695,6 +1697,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true", help="cProfile journal's append/save")
     parser.add_argument("--dir", type=Path, default=HERE / "out", help="where to make stores")
     parser.add_argument("--keep", action="store_true", help="keep the stores afterwards")
+    parser.add_argument(
+        "--no-dictionary",
+        action="store_true",
+        help="journal.open(dictionary=False): no per-session zstd dictionary",
+    )
     return parser.parse_args(argv)
 
 
@@ -1728,6 +1735,8 @@ def machine_info(work: Workdir) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.no_dictionary:
+        JOURNAL_OPTIONS["dictionary"] = False
     cfg = QUICK if args.quick else FULL
     if args.reps:
         cfg = Config(**{**asdict(cfg), "reps": args.reps})
@@ -1750,6 +1759,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "time, bytes, memory); [min-max] over paired repetitions"
     )
     print(f"modes: {DURABLE.legend}; {OS_ONLY.legend}; reads do not depend on the mode")
+    dictionaries = "off (--no-dictionary)" if JOURNAL_OPTIONS.get("dictionary") is False else "on"
+    print(f"journal's per-session zstd dictionaries: {dictionaries}")
     if later_missing:
         print(f"not implemented in journal yet: {', '.join(sorted(set(later_missing)))}")
     print()
