@@ -265,9 +265,13 @@ class Session:
         self.on_written: Callable[[], None] | None = None
         # Payloads this writer sampled for the session's dictionary; None when the
         # session has one, or gave up on one, or is private. `on_samples` (set by
-        # the store) hears once that there are enough to train one.
+        # the store) hears that there are enough to train one, and again after every
+        # further `SAMPLE_BYTES` written while none came of it (the background job
+        # may have been dropped: `SparePool.run_soon`).
         self._samples: list[bytes] | None = [] if options.dictionary and not private else None
         self._sampled = 0
+        self._since_asked = 0
+        self._training = False  # a job took the samples and has not finished
         self.on_samples: Callable[[], None] | None = None
         self.identity_path = os.path.join(directory, IDENTITY_FILE)  # checked on every call
         # (a private directory is not published: nothing to tell its incarnation from)
@@ -795,6 +799,7 @@ class Session:
         if to_head:
             self.head.dict_pos = rec.pos
         self._samples = None
+        self._training = False
 
     def _apply_checkpoint(self, p: CheckpointPayload, rec: Record) -> None:
         head = self.head
@@ -1039,28 +1044,43 @@ class Session:
         samples = self._samples
         if samples is None or len(payload) < dictionary.SAMPLE_MIN:
             return
+        # A prefix of a long payload samples it: one 50 KiB checkpoint alone would
+        # otherwise fill the sample, and training wants many samples.
+        size = min(len(payload), dictionary.SAMPLE_MAX)
         if self._sampled < dictionary.SAMPLE_BYTES:
-            # A prefix of a long payload samples it: one 50 KiB checkpoint alone would
-            # otherwise fill the sample, and training wants many samples.
-            if len(payload) > dictionary.SAMPLE_MAX:
-                payload = payload[: dictionary.SAMPLE_MAX]
-            samples.append(payload)
-            self._sampled += len(payload)
-            if self._sampled >= dictionary.SAMPLE_BYTES and self.on_samples is not None:
-                self.on_samples()
+            samples.append(payload[:size] if size < len(payload) else payload)
+            self._sampled += size
+        self._since_asked += size
+        if (
+            self._sampled >= dictionary.SAMPLE_BYTES
+            and self._since_asked >= dictionary.SAMPLE_BYTES
+            and not self._training
+            and self.on_samples is not None
+        ):
+            self._since_asked = 0
+            self.on_samples()
 
     def take_samples(self) -> list[bytes] | None:
-        """The samples for training, once there are enough (else None)."""
+        """The samples for a training job, once there are enough and no other job has
+        them (else None). The job ends with `write_dictionary` or `no_dictionary`,
+        or `training_failed`."""
         with self._state_lock:
             samples = self._samples
-            if samples is None or self._sampled < dictionary.SAMPLE_BYTES:
+            if samples is None or self._sampled < dictionary.SAMPLE_BYTES or self._training:
                 return None
+            self._training = True
             return list(samples)
+
+    def training_failed(self) -> None:
+        """The job that took the samples stopped early (an error): a later one may try."""
+        with self._state_lock:
+            self._training = False
 
     def no_dictionary(self) -> None:
         """Training found no dictionary worth keeping: stop sampling (this object)."""
         with self._state_lock:
             self._samples = None
+            self._training = False
 
     def write_dictionary(self, data: bytes) -> bool:
         """Commit `data` as the session's dictionary (caller holds `writing()`); False

@@ -672,12 +672,16 @@ class Store:
         samples = sess.take_samples()
         if samples is None:
             return
-        data = at_low_priority(functools.partial(dictionary.train, samples))
-        if data is None:
-            sess.no_dictionary()
-            return
-        with sess.writing():
-            sess.write_dictionary(data)
+        try:
+            data = at_low_priority(functools.partial(dictionary.train, samples))
+            if data is None:
+                sess.no_dictionary()
+                return
+            with sess.writing():
+                sess.write_dictionary(data)
+        except BaseException:
+            sess.training_failed()  # say, the lock was busy: the next ask tries again
+            raise
 
     def _create(
         self,

@@ -238,6 +238,33 @@ def test_a_dictionary_that_does_not_pay_is_not_written(
         store.close()
 
 
+def test_a_dropped_training_job_is_asked_for_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = journal.open(tmp_path / "root")
+    try:
+        run_soon = store.spares.run_soon
+        asked: list[object] = []
+
+        def drop_first_training(job: Any) -> None:
+            if getattr(job, "func", None) == store._train_dictionary:
+                asked.append(job)
+                if len(asked) == 1:
+                    return  # as when more than MAX_JOBS wait: the oldest goes
+            run_soon(job)
+
+        monkeypatch.setattr(store.spares, "run_soon", drop_first_training)
+        write_events(store, "s", 150)  # ~37 KiB: enough samples, the job dropped
+        store.spares.wait()
+        assert len(asked) == 1 and dictionary_records(store, "s") == []
+        write_events(store, "s", 150, seed=2)  # another 32 KiB later: asked again
+        store.spares.wait()
+        assert len(asked) == 2
+        assert len(dictionary_records(store, "s")) == 1
+    finally:
+        store.close()
+
+
 def test_small_payloads_are_not_sampled(tmp_path: Path) -> None:
     store = journal.open(tmp_path / "root")
     try:
