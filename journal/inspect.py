@@ -109,10 +109,12 @@ def session_stats(directory: str, top: int = 5) -> Stats:
 
     stats = Stats()
     days: dict[str, list[int]] = {}
+    last_day = "?"
     for commit in replay(directory):
         stats.commits += 1
         commit_bytes = sum(r.size for r in commit)
-        day = "?"
+        # a DICT commit carries no time: it counts on the day of the commit before it
+        day = last_day if commit[0].rtype == DICT else "?"
         for rec in commit:
             t = stats.by_type.setdefault(TYPE_NAMES[rec.rtype], TypeStats())
             t.records += 1
@@ -135,6 +137,7 @@ def session_stats(directory: str, top: int = 5) -> Stats:
                 day = datetime.datetime.fromtimestamp(at / 1000, datetime.timezone.utc).strftime(
                     "%Y-%m-%d"
                 )
+        last_day = day
         d = days.setdefault(day, [0, 0])
         d[0] += 1
         d[1] += commit_bytes
