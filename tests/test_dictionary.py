@@ -137,6 +137,19 @@ def test_a_session_gets_one_dictionary_and_later_records_use_it(tmp_path: Path) 
         store.close()
 
 
+def test_stats_count_the_dictionary_and_date_its_commit(tmp_path: Path) -> None:
+    from journal.inspect import session_stats
+
+    store, _ = trained_store(tmp_path / "root")
+    sdir = store.session_dir("s")
+    store.close()
+    stats = session_stats(sdir)
+    assert stats.by_type["dictionary"].records == 1
+    assert stats.by_type["event"].compressed_records >= 95
+    assert [day for day, _, _ in stats.growth if day == "?"] == []
+    assert sum(c for _, c, _ in stats.growth) == stats.commits
+
+
 def test_every_way_in_reads_records_compressed_with_it(tmp_path: Path) -> None:
     root = tmp_path / "root"
     store, texts = trained_store(root)
