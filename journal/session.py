@@ -1058,7 +1058,9 @@ class Session:
             and self.on_samples is not None
         ):
             self._since_asked = 0
-            self.on_samples()
+            # Optional work: a failure to queue it must not fail the caller's commit.
+            with contextlib.suppress(Exception):
+                self.on_samples()
 
     def take_samples(self) -> list[bytes] | None:
         """The samples for a training job, once there are enough and no other job has

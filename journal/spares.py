@@ -263,21 +263,28 @@ class SparePool:
             spare.discard()
 
 
-def at_low_priority(fn: Callable[[], T]) -> T:
-    """`fn()`, computed in a new thread at the lowest CPU priority, for a background
-    job's CPU-heavy step (training a session's dictionary: about 10 ms). On a small
-    machine that work otherwise takes a core from the threads the callers wait on:
-    4 threads appending to one session lost 30-40% of their rate while it ran. The
-    step must release the GIL (zstd's trainer does). Linux only: there, a thread has
-    its own nice value. Elsewhere the thread's id may be another process's pid, so
-    `fn` runs at normal priority."""
+LOW_PRIORITY_NICE = 10  # not 19: at 19 a busy machine starved it for seconds (review)
+LOW_PRIORITY_POLL = 0.05  # seconds between checks of `give_up` while it runs
+
+
+def at_low_priority(fn: Callable[[], T], give_up: Callable[[], bool]) -> T | None:
+    """`fn()`, computed in a new thread at a lower CPU priority, for a background job's
+    CPU-heavy step (training a session's dictionary: about 10 ms). On a small machine
+    that work otherwise takes a core from the threads the callers wait on: 4 threads
+    appending to one session lost 30-40% of their rate while it ran. The step must
+    release the GIL (zstd's trainer does). Linux only: there, a thread has its own
+    nice value. Elsewhere the thread's id may be another process's pid, so `fn` runs
+    at normal priority.
+
+    Returns None, leaving the thread to finish unheard, as soon as `give_up()` is
+    true (the store is closing: its close must not wait for optional work)."""
     out: list[T] = []
     failed: list[BaseException] = []
 
     def run() -> None:
         if sys.platform.startswith("linux"):
             with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOW_PRIORITY_NICE)
         try:
             out.append(fn())
         except BaseException as exc:
@@ -285,7 +292,10 @@ def at_low_priority(fn: Callable[[], T]) -> T:
 
     worker = threading.Thread(target=run, name="journal-background-cpu", daemon=True)
     worker.start()
-    worker.join()
+    while worker.is_alive():
+        if give_up():
+            return None
+        worker.join(LOW_PRIORITY_POLL)
     if failed:
         raise failed[0]
     return out[0]

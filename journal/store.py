@@ -673,12 +673,17 @@ class Store:
         if samples is None:
             return
         try:
-            data = at_low_priority(functools.partial(dictionary.train, samples))
-            if data is None:
+            trained = at_low_priority(
+                functools.partial(dictionary.train, samples), lambda: self._closed
+            )
+            if self._closed:  # (at_low_priority gave up, or finished as it closed)
+                sess.training_failed()
+                return
+            if trained is None:  # no dictionary pays for itself on these samples
                 sess.no_dictionary()
                 return
             with sess.writing():
-                sess.write_dictionary(data)
+                sess.write_dictionary(trained)
         except BaseException:
             sess.training_failed()  # say, the lock was busy: the next ask tries again
             raise

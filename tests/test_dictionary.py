@@ -278,6 +278,79 @@ def test_a_dropped_training_job_is_asked_for_again(
         store.close()
 
 
+def test_close_does_not_wait_for_a_training_in_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+    real_train = jdict.train
+
+    def slow_train(samples: list[bytes]) -> bytes | None:
+        started.set()
+        release.wait(60)  # a starved or slow training
+        return real_train(samples)
+
+    monkeypatch.setattr(jdict, "train", slow_train)
+    root = tmp_path / "root"
+    store = journal.open(root)
+    texts = write_events(store, "s", 200)
+    assert started.wait(30)
+    store.close()  # returns although the training has not finished
+    assert not release.is_set()
+    release.set()
+    with journal.open(root, dictionary=False) as after:
+        assert dictionary_records(after, "s") == []  # nothing written after close
+        assert messages(after, "s") == texts
+
+
+def test_at_low_priority_returns_raises_and_gives_up() -> None:
+    import threading
+
+    from journal.spares import at_low_priority
+
+    assert at_low_priority(lambda: 41 + 1, lambda: False) == 42
+    with pytest.raises(ZeroDivisionError):
+        at_low_priority(lambda: 1 // 0, lambda: False)
+    hold = threading.Event()
+    assert at_low_priority(lambda: hold.wait(60), lambda: True) is None
+    hold.set()
+    if sys.platform.startswith("linux"):
+        seen: list[int] = []
+
+        def nice_of_this_thread() -> int:
+            return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+        assert at_low_priority(nice_of_this_thread, lambda: False) >= 10
+        seen.append(nice_of_this_thread())
+        assert seen[0] < 10  # the caller's own priority is unchanged
+
+
+def test_a_failed_training_job_lets_a_later_one_try(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    real_train = jdict.train
+
+    def fail_once(samples: list[bytes]) -> bytes | None:
+        calls.append(len(samples))
+        if len(calls) == 1:
+            raise OSError("simulated failure")
+        return real_train(samples)
+
+    monkeypatch.setattr(jdict, "train", fail_once)
+    store = journal.open(tmp_path / "root")
+    try:
+        write_events(store, "s", 150)
+        store.spares.wait()
+        assert len(calls) == 1 and dictionary_records(store, "s") == []
+        write_events(store, "s", 150, seed=2)
+        store.spares.wait()
+        assert len(calls) == 2 and len(dictionary_records(store, "s")) == 1
+    finally:
+        store.close()
+
+
 def test_small_payloads_are_not_sampled(tmp_path: Path) -> None:
     store = journal.open(tmp_path / "root")
     try:
