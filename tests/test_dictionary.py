@@ -536,6 +536,53 @@ def test_two_processes_share_the_first_dictionary_written(tmp_path: Path) -> Non
         assert messages(cold, "s") == texts
 
 
+CONCURRENT_WRITER = r"""
+import sys, random
+sys.path.insert(0, sys.argv[3])
+import journal
+from test_dictionary import chat_event
+store = journal.open(sys.argv[1])
+tag = sys.argv[2]
+rng = random.Random(tag)
+for n in range(400):
+    ev = chat_event(rng, n)
+    ev.msg["message"] = f"{tag}:{n}:" + ev.msg["message"]
+    store.append_event("s", n, ev)
+store.spares.wait()
+store.close()
+"""
+
+
+def test_processes_appending_at_once_end_with_one_dictionary(tmp_path: Path) -> None:
+    """Three processes append to one session at the same time; each samples and trains
+    on its own. Exactly one DICT record is written, and every event of every writer
+    reads back, in each writer's order."""
+    root = tmp_path / "root"
+    with journal.open(root) as store:
+        store.save(checkpoint("s", 0, []))
+    here = str(Path(__file__).parent)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CONCURRENT_WRITER, str(root), tag, here],
+            stderr=subprocess.PIPE,
+        )
+        for tag in ("a", "b", "c")
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err.decode()
+    with journal.open(root) as store:
+        assert len(dictionary_records(store, "s")) == 1
+        got = messages(store, "s")
+        assert len(got) == 1200
+        for tag in ("a", "b", "c"):
+            mine = [m for m in got if m.startswith(f"{tag}:")]
+            assert [int(m.split(":")[1]) for m in mine] == list(range(400))
+        compressed = [r for r in log_records(store, "s") if r[2] & FLAG_DICT]
+        assert len(compressed) > 300  # the writers used the one dictionary
+    assert data_findings(root) == []
+
+
 def test_readers_in_threads_share_one_dictionary(tmp_path: Path) -> None:
     import threading
 
