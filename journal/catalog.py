@@ -174,10 +174,12 @@ class Catalog:
             if self.log is None:
                 return
             try:
-                rec = self.log.read_record(snap.anchor_pos, snap.covered - snap.anchor_pos)
+                anchored = self.log.closes_commit(
+                    snap.anchor_pos, snap.covered - snap.anchor_pos, snap.anchor_crc
+                )
             except JournalError:
                 return
-            if not rec.commits or rec.crc != snap.anchor_crc:
+            if not anchored:
                 return
         for entry in snap.entries:
             if entry.summary is None:

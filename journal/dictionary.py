@@ -26,10 +26,9 @@ import zstandard
 
 from .errors import CorruptionError
 from .payloads import DictionaryPayload, dictionary_decoder, encode
-from .record import DICT_COMPRESS_MIN
+from .record import FLAG_COMMIT, Record
 
 SAMPLE_BYTES = 32 << 10  # payload bytes sampled before training
-SAMPLE_MIN = DICT_COMPRESS_MIN  # shorter payloads are neither sampled nor compressed with it
 SIZE = 8 << 10  # the trained dictionary's size
 LEVEL = 3  # zstd level of dictionary-compressed records
 SAMPLE_MAX = 4 << 10  # of a longer payload, its first bytes are the sample
@@ -101,6 +100,14 @@ class SessionDictionary:
 
     def payload(self) -> bytes:
         return encode(DictionaryPayload(self.dict_id, self.data))
+
+
+MISPLACED = "a dictionary record must be a commit of its own, uncompressed"
+
+
+def well_placed(commit: list[Record]) -> bool:
+    """Is this commit holding a DICT record the way FORMAT.md section 3 allows?"""
+    return len(commit) == 1 and commit[0].flags == FLAG_COMMIT
 
 
 def from_record(payload: bytes, pos: int, *, path: str, offset: int) -> SessionDictionary:

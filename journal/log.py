@@ -236,8 +236,11 @@ class Log:
         _, seg = self._segment_for(pos)
         where = SEGMENT_HEADER_SIZE + pos - seg.base
         if rec.rtype != DICT or rec.flags != FLAG_COMMIT:
-            raise CorruptionError(f"{self.label}: no dictionary record at position {pos}",
-                                  path=seg.path, offset=where)
+            raise CorruptionError(
+                f"{self.label}: no dictionary record at position {pos}",
+                path=seg.path,
+                offset=where,
+            )
         self._adopt_dictionary(rec.payload, pos, seg.path, where)
 
     def use_dictionary(self, d: SessionDictionary) -> None:
@@ -494,9 +497,7 @@ class Log:
                 payload = block[off + hsize : off + size]
                 if flags & FLAG_DICT:  # most compressed records, once a session has one
                     where = SEGMENT_HEADER_SIZE + pos - seg.base
-                    payload = self._dictionary_for(pos, seg.path, where).decompress(
-                        payload, path=seg.path, offset=where
-                    )
+                    payload = self._open(pos, flags, payload, seg.path, where)
                 out[i] = Record(pos, size, rtype, flags, payload, crc)
             k = j + 1
         return [r for r in out if r is not None]

@@ -61,7 +61,7 @@ _DICT_ZSTD = FLAG_DICT | FLAG_ZSTD
 
 # Payloads at least this large are compressed when that saves at least 1/8.
 COMPRESS_MIN = 2048
-# With the session's dictionary, smaller ones are too (`dictionary.SAMPLE_MIN`).
+# With the session's dictionary, smaller ones are too (and only those are sampled).
 DICT_COMPRESS_MIN = 64
 MAX_PAYLOAD = 0xFFFF_FFFF
 
@@ -149,11 +149,7 @@ def open_payload(
     """The payload of a record as written: `stored` decompressed when its flags say so."""
     if not flags & _DICT_ZSTD:
         return stored
-    if flags & FLAG_DICT:
-        if not flags & FLAG_ZSTD:
-            raise CorruptionError(
-                "record flags name a dictionary but no compression", path=path, offset=offset
-            )
+    if flags & FLAG_DICT:  # (with FLAG_ZSTD: `parse_at` and `frame_at` reject it alone)
         if dictionary is None:
             raise CorruptionError(
                 "record is compressed with the session's dictionary,"

@@ -73,6 +73,7 @@ from .record import (
     CHECKPOINT,
     COMMIT,
     DICT,
+    DICT_COMPRESS_MIN,
     EVENT,
     EXECUTION,
     FLAG_COMMIT,
@@ -790,12 +791,8 @@ class Session:
 
     def _apply_dictionary(self, commit: list[Record], rec: Record, to_head: bool) -> None:
         """A DICT record (read by a scan, which adopted it: `Log.committed`)."""
-        if len(commit) != 1 or rec.flags != FLAG_COMMIT:
-            raise CorruptionError(
-                "a dictionary record must be a commit of its own, uncompressed",
-                path=self.log.label,
-                offset=rec.pos,
-            )
+        if not dictionary.well_placed(commit):
+            raise CorruptionError(dictionary.MISPLACED, path=self.log.label, offset=rec.pos)
         if to_head:
             self.head.dict_pos = rec.pos
         self._samples = None
@@ -1042,7 +1039,7 @@ class Session:
     def _sample(self, payload: bytes) -> None:
         """Keep `payload` for training the session's dictionary (writer's lock held)."""
         samples = self._samples
-        if samples is None or len(payload) < dictionary.SAMPLE_MIN:
+        if samples is None or len(payload) < DICT_COMPRESS_MIN:  # never compressed with it
             return
         # A prefix of a long payload samples it: one 50 KiB checkpoint alone would
         # otherwise fill the sample, and training wants many samples.
@@ -1089,7 +1086,7 @@ class Session:
         when the session has one already (another writer's). Not synced on its own:
         the records that use it come after it, so the sync that makes any of them
         durable makes it durable too, and a crash that loses it loses them."""
-        if self.log.dictionary is not None or self.head.dict_pos >= 0:
+        if self.log.dictionary is not None:  # (set whenever head.dict_pos is)
             self.no_dictionary()
             return False
         start = self.log.writer_end

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from . import payloads
+from . import dictionary, payloads
 from .errors import CorruptionError, FormatVersionError, JournalError
 from .index import (
     INDEX_FILES,
@@ -26,7 +26,7 @@ from .index import (
 from .log import KIND_SESSION, Log, ScanState
 from .metafile import KIND_IDENTITY, KIND_SNAPSHOT, KIND_STATE, read_meta
 from .naming import dir_name
-from .record import CHECKPOINT, DICT, EVENT, FLAG_COMMIT, PAD, TYPE_NAMES
+from .record import CHECKPOINT, DICT, EVENT, PAD, TYPE_NAMES
 from .session import (
     _INDEX_OF,
     IDENTITY_FILE,
@@ -130,15 +130,8 @@ def _scan(
             for rec in commit:
                 if rec.rtype == PAD:
                     continue  # filler left by compact
-                if rec.rtype == DICT and (len(commit) != 1 or rec.flags != FLAG_COMMIT):
-                    findings.append(
-                        _at(
-                            log,
-                            sid,
-                            rec.pos,
-                            "a dictionary record must be a commit of its own, uncompressed",
-                        )
-                    )
+                if rec.rtype == DICT and not dictionary.well_placed(commit):
+                    findings.append(_at(log, sid, rec.pos, dictionary.MISPLACED))
                 decoder = _DECODERS.get(rec.rtype)
                 if decoder is None:
                     findings.append(

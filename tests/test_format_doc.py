@@ -151,7 +151,7 @@ def test_dictionary_paragraph_matches_the_writer(tmp_path: Path) -> None:
     flat = " ".join(para.split())
     assert f"at least {record.DICT_COMPRESS_MIN} bytes" in flat
     assert f"first {dictionary.SAMPLE_BYTES >> 10} KiB of payloads" in flat
-    assert f"of at least {dictionary.SAMPLE_MIN} bytes" in flat
+    assert f"of at least {record.DICT_COMPRESS_MIN} bytes" in flat
     assert f"trains an {dictionary.SIZE >> 10} KiB dictionary" in flat
     assert f"(zstd level {dictionary.LEVEL})" in flat
     assert f"longer than {dictionary.SAMPLE_MAX >> 10} KiB, its first" in flat
