@@ -18,6 +18,7 @@ before children: a half-imported session never appears.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -34,7 +35,7 @@ import msgspec
 import zstandard
 
 from . import fsio
-from .errors import CorruptionError, InvalidInputError, NotFoundError
+from .errors import CorruptionError, InvalidInputError, NotFoundError, StorageError
 from .log import SEGMENT_HEADER_SIZE, ScanState
 from .metafile import KIND_IDENTITY, read_meta
 from .naming import dir_name
@@ -106,16 +107,66 @@ def _session_files(directory: str) -> tuple[SessionIdentity, list[tuple[str, int
     return ident, files, state
 
 
+class DamagedSessionsError(CorruptionError):
+    """Export refused: sessions whose logs `verify` finds damaged (`damaged` lists
+    each as (session id, error)); nothing was written."""
+
+    def __init__(self, damaged: list[tuple[str, CorruptionError]]):
+        sid, first = damaged[0]
+        more = ""
+        if len(damaged) > 1:
+            more = f"; {len(damaged) - 1} more damaged: " + ", ".join(
+                repr(s) for s, _ in damaged[1:]
+            )
+        super().__init__(
+            f"session {sid!r} is damaged, so it cannot be exported whole: {first}{more}"
+        )
+        self.path = first.path
+        self.offset = first.offset
+        self.damaged = damaged
+
+
+def find_damage(directory: str) -> CorruptionError | None:
+    """The first data finding of `verify` on a session directory, as an error."""
+    try:
+        _, findings = verify_session_dir(directory)
+    except CorruptionError as exc:
+        return exc
+    for f in findings:
+        if f.severity == SEVERITY_DATA:
+            return CorruptionError(f.message, path=f.path, offset=f.offset)
+    return None
+
+
 def export_sessions(
     root: str,
     session_ids: list[str],
     out_path: str,
     *,
     with_ancestors: bool = False,
+    overwrite: bool = False,
     progress: Progress | None = None,
 ) -> ExportReport:
+    """Write the sessions (and with `with_ancestors` their fork parents) to one bundle.
+
+    Refused before anything is written when a session does not exist
+    (`NotFoundError`), when `out_path` exists and `overwrite` is false or its
+    directory does not exist (`InvalidInputError`, `NotFoundError`), and when
+    `verify` finds any chosen session damaged (`DamagedSessionsError`, naming
+    each): a bundle never holds a readable prefix in place of a session. The
+    bundle is written to a temporary file beside `out_path` and renamed over it
+    once synced; on any failure that file is removed and `out_path` is as before.
+    """
+    out_dir = os.path.dirname(os.path.abspath(out_path))
+    if not os.path.isdir(out_dir):
+        raise NotFoundError(f"cannot write {out_path}: directory {out_dir} does not exist")
+    if os.path.isdir(out_path):
+        raise InvalidInputError(f"cannot write {out_path}: it is a directory")
+    if os.path.lexists(out_path) and not overwrite:
+        raise InvalidInputError(f"{out_path} exists (use --force to overwrite it)")
     sessions_root = os.path.join(root, "sessions")
     chosen: list[str] = []
+    damaged: list[tuple[str, CorruptionError]] = []
     queue = list(dict.fromkeys(session_ids))
     while queue:
         sid = queue.pop(0)
@@ -124,7 +175,13 @@ def export_sessions(
         directory = os.path.join(sessions_root, dir_name(sid))
         # Without a complete commit: a creation a power loss cut short, absent to the
         # store (damage there raises CorruptionError, as for the store).
-        if not os.path.isdir(directory) or not Session.has_commit(directory):
+        try:
+            exists = os.path.isdir(directory) and Session.has_commit(directory)
+        except CorruptionError as exc:
+            damaged.append((sid, exc))
+            chosen.append(sid)
+            continue
+        if not exists:
             raise NotFoundError(f"session {sid!r} does not exist in {root}")
         chosen.append(sid)
         if with_ancestors:
@@ -134,6 +191,38 @@ def export_sessions(
             )
             if ident.parent_session_id is not None:
                 queue.append(ident.parent_session_id)
+    for sid in chosen:
+        if any(sid == d for d, _ in damaged):
+            continue
+        if progress:
+            progress(f"verify {sid}")
+        damage = find_damage(os.path.join(sessions_root, dir_name(sid)))
+        if damage is not None:
+            damaged.append((sid, damage))
+    if damaged:
+        raise DamagedSessionsError(damaged)
+    tmp_out = os.path.join(out_dir, f".{os.path.basename(out_path)}.tmp.{uuid.uuid4().hex[:8]}")
+    try:
+        report = _write_bundle(root, chosen, tmp_out, out_path, progress)
+        with open(tmp_out, "rb") as f:
+            fsio.sync_file(f.fileno(), tmp_out)
+        fsio.replace(tmp_out, out_path)
+        fsio.sync_dir(out_dir)
+    except StorageError:
+        raise
+    except OSError as exc:
+        raise StorageError(f"cannot write bundle {out_path}: {exc.strerror or exc}") from exc
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_out)
+    report.bytes_out = os.path.getsize(out_path)
+    return report
+
+
+def _write_bundle(
+    root: str, chosen: list[str], tmp_out: str, out_path: str, progress: Progress | None
+) -> ExportReport:
+    sessions_root = os.path.join(root, "sessions")
     report = ExportReport(out_path)
     manifest: dict[str, Any] = {
         "format": BUNDLE_FORMAT,
@@ -141,10 +230,9 @@ def export_sessions(
         "sessions": [],
         "state": [],
     }
-    tmp_out = f"{out_path}.tmp.{uuid.uuid4().hex[:8]}"
     cctx = zstandard.ZstdCompressor(level=10)
     with (
-        open(tmp_out, "wb") as raw,
+        open(tmp_out, "xb") as raw,
         cctx.stream_writer(raw, closefd=False) as zout,
         tarfile.open(fileobj=zout, mode="w|", format=tarfile.PAX_FORMAT) as tar,
     ):
@@ -183,11 +271,6 @@ def export_sessions(
         info.size = len(body)
         info.mtime = int(time.time())
         tar.addfile(info, io.BytesIO(body))
-    with open(tmp_out, "rb") as f:
-        fd = f.fileno()
-        fsio.sync_file(fd, tmp_out)
-    fsio.replace(tmp_out, out_path)
-    report.bytes_out = os.path.getsize(out_path)
     return report
 
 

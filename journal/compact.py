@@ -9,9 +9,12 @@ first user message, every record position, and every commit record.
 Log positions are referenced everywhere (indexes, snapshots, `prev_ctx`
 chains), so records never move. A compacted checkpoint record is rewritten as a
 smaller stub followed by a PAD record covering the rest of its bytes; the PAD's
-payload is zeros, written as a hole, so the file keeps its length but not its
-blocks. Each sealed segment is rewritten to a temporary file, synced, and
-renamed over the old one, so a crash leaves every segment either old or new.
+payload is zeros, written as a hole, so the file keeps its length; a hole frees
+disk space only for the file-system blocks it covers whole, so headers smaller
+than a block or sharing blocks with kept records free little or nothing (the
+report gives both figures: bytes zeroed and bytes freed on disk). Each sealed
+segment is rewritten to a temporary file, synced, and renamed over the old
+one, so a crash leaves every segment either old or new.
 The newest segment is never touched. Indexes are dropped afterwards (record
 sizes changed) and rebuilt from the log on next use.
 """
@@ -41,8 +44,31 @@ class CompactReport:
     compacted: list[int] = field(default_factory=list)  # checkpoint sequences stubbed
     segments_rewritten: int = 0
     bytes_before: int = 0  # allocated bytes of the sealed segments
-    bytes_after: int = 0
+    bytes_after: int = 0  # ... afterwards (a dry run: the estimate)
+    bytes_zeroed: int = 0  # record bytes turned into PAD (a dry run: would be)
+    sealed_segments: int = 0
+    in_newest_segment: int = 0  # older checkpoints left alone: the newest segment is live
+    already_compacted: int = 0
     dry_run: bool = False
+
+    def why_nothing(self) -> str:
+        """Why nothing is (or would be) dropped, or "" when something is."""
+        if self.compacted:
+            return ""
+        if len(self.retained) < self.keep or not (self.in_newest_segment or self.already_compacted):
+            return (
+                f"the session has {len(self.retained)} checkpoint(s) and compact keeps the"
+                f" newest {self.keep}"
+            )
+        parts = []
+        if self.in_newest_segment:
+            parts.append(
+                f"{self.in_newest_segment} older checkpoint(s) are in the newest segment,"
+                " which compact never touches (only sealed segments are rewritten)"
+            )
+        if self.already_compacted:
+            parts.append(f"{self.already_compacted} are compacted already")
+        return "; ".join(parts)
 
 
 def stub_header(first_user_message: str | None, items_dropped: bool) -> msgspec.Raw:
@@ -77,13 +103,19 @@ def compact_session(
         with sess.writing():
             plan = _plan(sess, keep, report)
             sealed = sess.log.segments[:-1]
+            report.sealed_segments = len(sealed)
+            block = _block_size(sess.log.dir)
             for n, seg in enumerate(sealed, 1):
                 if progress:
                     progress(f"compact: segment {n} of {len(sealed)}")
                 report.bytes_before += _allocated(seg.path)
                 victims = [p for p in plan if seg.base <= p[0] < seg.base + _data_len(seg.path)]
+                report.bytes_zeroed += sum(
+                    size - len(stub) - HEADER_SIZE * (size > len(stub)) for _, size, stub in victims
+                )
                 if not victims or dry_run:
-                    report.bytes_after += _allocated(seg.path)
+                    freed = _whole_blocks(seg.base, victims, block) if dry_run else 0
+                    report.bytes_after += max(_allocated(seg.path) - freed, 0)
                     continue
                 _rewrite(seg.path, seg.base, victims)
                 report.segments_rewritten += 1
@@ -116,7 +148,11 @@ def _plan(sess: Session, keep: int, report: CompactReport) -> list[tuple[int, in
     sealed_end = sess.log.segments[-1].base
     plan = []
     for pos, size, p in records[:-keep]:
-        if pos + size > sealed_end or is_stub(bytes(p.header)):
+        if pos + size > sealed_end:
+            report.in_newest_segment += 1
+            continue
+        if is_stub(bytes(p.header)):
+            report.already_compacted += 1
             continue
         fum = msgspec.msgpack.decode(bytes(p.header), type=_FirstUserMessage).first_user_message
         dropped = p.epoch < oldest_epoch
@@ -164,6 +200,24 @@ def _rewrite(path: str, base: int, victims: list[tuple[int, int, bytes]]) -> Non
     finally:
         os.close(fd)
     fsio.replace(tmp, path)
+
+
+def _block_size(directory: str) -> int:
+    try:
+        return os.statvfs(directory).f_bsize or 4096
+    except (OSError, AttributeError):
+        return 4096
+
+
+def _whole_blocks(base: int, victims: list[tuple[int, int, bytes]], block: int) -> int:
+    """Bytes of the file-system blocks that the PAD payloads of `victims` cover whole."""
+    total = 0
+    for pos, size, stub in victims:
+        start = SEGMENT_HEADER_SIZE + pos - base + len(stub) + HEADER_SIZE
+        end = SEGMENT_HEADER_SIZE + pos - base + size
+        first, last = -(-start // block), end // block
+        total += max(last - first, 0) * block
+    return total
 
 
 def _allocated(path: str) -> int:

@@ -34,6 +34,8 @@ from .types import (
 
 SESSION = "demo-session"
 CRASHED = "demo-crashed-writer"
+FORK = f"{SESSION}-fork"
+MARK = "journal_demo"  # in the metadata of every session the demo writes (forks inherit it)
 
 TURNS = [
     (
@@ -206,7 +208,7 @@ def run_turn(
 
 def new_session(store: Store, session_id: str) -> Checkpoint:
     cp = Checkpoint.empty(session_id, owner_id="demo-user")
-    cp.metadata = {"model": "demo-model", "cwd": "/src/app"}
+    cp.metadata = {"model": "demo-model", "cwd": "/src/app", MARK: True}
     cp.context = [{"role": "system", "content": "You are a careful coding agent."}]
     store.save_with_events(
         cp,
@@ -242,16 +244,35 @@ def _crashing_writer(root: str) -> None:
         turn += 1
 
 
-def main(root: str, out: Callable[[str], None] = print) -> int:
+def _clear_own_sessions(store: Store, root: str) -> None:
+    """Delete what an earlier run of the demo wrote, and only that: a session under
+    one of the demo's ids that the demo did not write stops the demo instead."""
+    from .errors import InvalidInputError
+
+    for sid in (SESSION, CRASHED, FORK):
+        cp = store.load(sid)
+        if cp is None:
+            continue
+        if cp.metadata.get(MARK) is not True:
+            raise InvalidInputError(
+                f"{root} holds a session {sid!r} that journal demo did not write;"
+                " nothing was changed: run the demo in another directory"
+            )
+        store.delete_sessions([sid])
+
+
+def main(root: str, out: Callable[[str], None] = print, command: str = "journal") -> int:
+    """Run the demo in `root`; `command` is how the closing hints call `journal`."""
+    from .errors import InvalidInputError
     from .verify import SEVERITY_DATA, verify_store
 
     started = time.monotonic()
+    if os.path.exists(root) and not os.path.isdir(root):
+        raise InvalidInputError(f"{root} is a file; the demo needs a directory (new or its own)")
     os.makedirs(root, exist_ok=True)
     store = Store(root)
     try:
-        for sid in (SESSION, CRASHED, f"{SESSION}-fork"):
-            if store.load(sid) is not None:
-                store.delete_sessions([sid])
+        _clear_own_sessions(store, root)
         out(f"journal demo: store at {os.path.abspath(root)}")
         cp = new_session(store, SESSION)
         for turn in range(3):
@@ -305,7 +326,7 @@ def main(root: str, out: Callable[[str], None] = print) -> int:
         )
 
         fork_at = 4
-        child = store.fork_at(SESSION, fork_at, f"{SESSION}-fork")
+        child = store.fork_at(SESSION, fork_at, FORK)
         child_cp = store.load(child.session_id)
         assert child_cp is not None
         out(
@@ -326,13 +347,14 @@ def main(root: str, out: Callable[[str], None] = print) -> int:
     out(f"5. Verified every checksum and commit: {problems or 'clean'}.")
     out(f"Done in {time.monotonic() - started:.1f}s. Explore it:")
     r = f" --root {root}" if os.path.normpath(root) != "journal-demo" else ""
+    j = command
     for cmd in (
-        f"journal{r} ls",
-        f"journal{r} events {SESSION} --limit 10",
-        f"journal{r} tree",
-        f"journal{r} checkpoint {SESSION} --at 2",
-        f"journal{r} replay {CRASHED} | tail",
-        f"journal{r} verify",
+        f"{j}{r} ls",
+        f"{j}{r} events {SESSION} --limit 10",
+        f"{j}{r} tree",
+        f"{j}{r} checkpoint {SESSION} --at 2",
+        f"{j}{r} replay {CRASHED} | tail",
+        f"{j}{r} verify",
     ):
         out(f"  {cmd}")
     return 0 if not problems else 1

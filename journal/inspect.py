@@ -76,12 +76,12 @@ def describe(rec: Record) -> dict[str, Any]:
     return out
 
 
-def replay(directory: str) -> Iterator[list[Record]]:
-    """Every committed record group of a session, in log order."""
+def replay(directory: str, state: ScanState | None = None) -> Iterator[list[Record]]:
+    """Every committed record group of a session, in log order, up to the first damage
+    (`state`, when given, says where and why the scan stopped)."""
     log = open_log(directory)
     try:
-        state = ScanState()
-        yield from log.committed(0, state, strict=False)
+        yield from log.committed(0, state if state is not None else ScanState(), strict=False)
     finally:
         log.close()
 
@@ -97,8 +97,9 @@ class TypeStats:
 @dataclass
 class Stats:
     commits: int = 0
-    log_bytes: int = 0
-    disk_bytes: int = 0
+    log_bytes: int = 0  # bytes of the committed records read
+    file_bytes: int = 0  # apparent size of every file of the session
+    disk_bytes: int = 0  # blocks allocated to them (du)
     by_type: dict[str, TypeStats] = field(default_factory=dict)
     largest: list[tuple[int, int, str]] = field(default_factory=list)  # (bytes, pos, type)
     growth: list[tuple[str, int, int]] = field(default_factory=list)  # (day, commits, bytes)
@@ -147,7 +148,9 @@ def session_stats(directory: str, top: int = 5) -> Stats:
     for dirpath, _dirs, files in os.walk(directory):
         for name in files:
             try:
-                stats.disk_bytes += os.stat(os.path.join(dirpath, name)).st_blocks * 512
+                st = os.stat(os.path.join(dirpath, name))
             except OSError:
                 continue
+            stats.file_bytes += st.st_size
+            stats.disk_bytes += st.st_blocks * 512
     return stats

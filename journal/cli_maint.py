@@ -1,0 +1,383 @@
+"""Subcommands that check, change or move stores: verify, repair, export, import,
+compact, delete, demo."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from .cli_common import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    Output,
+    UsageError,
+    end_progress,
+    limit_arg,
+    open_store,
+    plural,
+    program,
+    progress,
+    require_store,
+    session_damage,
+    size,
+)
+from .cli_read import Add
+from .errors import LockTimeoutError, NotFoundError
+from .locks import FileLock
+from .naming import dir_name
+from .store import Store
+
+
+class SessionBusyError(LockTimeoutError):
+    """A command that must be the session's only writer found another process using it."""
+
+
+# --------------------------------------------------------------------- verify
+def cmd_verify(args: argparse.Namespace, out: Output) -> int:
+    from .verify import SEVERITY_DATA, verify_store
+
+    root = args.root
+    selected: list[str] | None = None
+    for target in args.targets:
+        if os.path.exists(os.path.join(target, "JOURNAL")):
+            root = target
+        else:
+            selected = (selected or []) + [dir_name(target)]
+    require_store(root)
+    if selected:
+        for name in selected:
+            if not os.path.isdir(os.path.join(root, "sessions", name)):
+                raise NotFoundError(f"no session directory {name} in {root}")
+    findings: list[dict[str, Any]] = []
+    damaged: list[str] = []
+    sessions = commits = 0
+    for report, found in verify_store(root, selected):
+        if report is not None:
+            sessions += 1
+            commits += report.commits
+            progress(f"verified {plural(sessions, 'session')}")
+        for f in found:
+            findings.append(
+                {
+                    "severity": f.severity,
+                    "session": f.session,
+                    "path": f.path,
+                    "offset": f.offset,
+                    "message": f.message,
+                }
+            )
+            if f.severity == SEVERITY_DATA and f.session and f.session not in damaged:
+                damaged.append(f.session)
+            if not out.json:
+                print(str(f))
+    end_progress()
+    ok = not findings
+    if out.json:
+        out.doc(
+            {
+                "ok": ok,
+                "sessions": sessions,
+                "commits": commits,
+                "damaged_sessions": damaged,
+                "findings": findings,
+            }
+        )
+    else:
+        summary = (
+            f"{'ok' if ok else 'FAILED'}: {plural(sessions, 'session')},"
+            f" {plural(commits, 'commit')} checked, {plural(len(findings), 'finding')}"
+        )
+        if damaged:
+            summary += "; damaged: " + ", ".join(repr(s) for s in damaged)
+        print(summary, file=sys.stdout if ok else sys.stderr)
+    return EXIT_OK if ok else EXIT_FINDINGS
+
+
+# --------------------------------------------------------------------- repair
+def live_holder(root: str, directory: str) -> str | None:
+    """Who else uses the session now, or None: the holder of its lock, or a live
+    process whose registration (`ROOT/procs/`) says it writes the session. A writer
+    holds the session's lock only while it commits, so the registration is what
+    shows a writer between its commits."""
+    lock = FileLock(os.path.join(directory, "LOCK"), "session")
+    try:
+        if not lock.try_acquire():
+            return lock.holder() or "another process (its lock file names no holder)"
+        lock.release()
+    finally:
+        lock.close()
+    procs = os.path.join(root, "procs")
+    try:
+        names = sorted(os.listdir(procs))
+    except FileNotFoundError:
+        return None
+    wanted = os.path.basename(directory)
+    for name in names:
+        if name.startswith("."):
+            continue
+        path = os.path.join(procs, name)
+        reg = FileLock(path, "process registration")
+        try:
+            if reg.try_acquire():
+                reg.release()
+                continue  # a dead process's registration
+            with open(path, "rb") as f:
+                lines = f.read().decode("utf-8", "replace").split()
+        except OSError:
+            continue
+        finally:
+            reg.close()
+        if wanted in lines:
+            return f"pid={name.split('-')[0]} (a live store registered in {path})"
+    return None
+
+
+def cmd_repair(args: argparse.Namespace, out: Output) -> int:
+    from .repair import repair_session
+
+    with open_store(args) as store:
+        directory = store.session_dir(args.session)
+    if not os.path.isdir(directory):
+        raise NotFoundError(f"session {args.session!r} does not exist")
+    holder = live_holder(args.root, directory)
+    if holder is not None:
+        raise SessionBusyError(
+            f"session {args.session!r} is in use by {holder}: repair needs to be its only"
+            " writer; stop that process first",
+            holder=holder,
+        )
+    report = repair_session(directory, args.session, cut_at_damage=args.cut_at_damage)
+    if report.dropped and not report.refused:
+        # The catalog may list what was cut (summary, execution copies): re-derive it.
+        with Store(args.root) as store:
+            store._reconcile([os.path.basename(directory)])
+    if out.json:
+        out.doc(report.__dict__)
+    else:
+        if report.refused:
+            print(f"refused: {report.refused}")
+        for path, start, end, why in report.dropped:
+            print(f"dropped bytes {start}..{end} of {path} ({plural(end - start, 'byte')}: {why})")
+        for saved in report.saved_to:
+            print(f"saved the dropped bytes to {saved}")
+        if not report.refused:
+            if not report.dropped:
+                print("nothing to cut: the log ends with a complete commit")
+            print(f"rebuilt caches: {', '.join(report.caches_rebuilt) or 'none present'}")
+            print(
+                f"last good checkpoint sequence {report.last_checkpoint},"
+                f" last event sequence {report.last_event}"
+            )
+    return EXIT_FINDINGS if report.refused else EXIT_OK
+
+
+# ------------------------------------------------------------- export, import
+def cmd_export(args: argparse.Namespace, out: Output) -> int:
+    from .bundle import DamagedSessionsError, export_sessions
+
+    require_store(args.root)
+    if bool(args.sessions) == bool(args.all):
+        raise UsageError("give SESSION ids or --all (not both)")
+    ids = list(args.sessions)
+    if args.all:
+        with open_store(args) as store:
+            store.catalog.refresh()
+            ids = sorted(store.catalog.summaries)
+        if not ids:
+            raise NotFoundError(f"no sessions in {args.root}")
+    try:
+        report = export_sessions(
+            args.root,
+            ids,
+            args.output,
+            with_ancestors=args.with_ancestors,
+            overwrite=args.force,
+            progress=progress,
+        )
+    except DamagedSessionsError as exc:
+        end_progress()
+        for sid, damage in exc.damaged:
+            out.mark_damaged(sid, damage)
+        raise
+    end_progress()
+    if out.json:
+        out.doc(report.__dict__)
+    else:
+        names = ", ".join(e["session_id"] for e in report.sessions)
+        print(
+            f"exported {plural(len(report.sessions), 'session')} ({names};"
+            f" {size(report.bytes_in)} of logs) to {report.path} ({size(report.bytes_out)})"
+        )
+    return EXIT_OK
+
+
+def cmd_import(args: argparse.Namespace, out: Output) -> int:
+    from .bundle import import_bundle
+
+    if not os.path.exists(args.bundle):
+        raise NotFoundError(f"no bundle at {args.bundle}")
+    report = import_bundle(args.root, args.bundle, rename=args.rename, progress=progress)
+    end_progress()
+    if out.json:
+        out.doc(report.__dict__)
+    else:
+        for old, new in report.installed:
+            print(f"imported {old}" + (f" as {new}" if new != old else ""))
+    return EXIT_OK
+
+
+# -------------------------------------------------------------------- compact
+def cmd_compact(args: argparse.Namespace, out: Output) -> int:
+    from .compact import compact_session
+
+    with open_store(args) as store:
+        if store._session(args.session) is None:
+            raise NotFoundError(f"session {args.session!r} does not exist")
+        directory = store.session_dir(args.session)
+    damage = session_damage(directory)
+    if damage is not None:
+        out.mark_damaged(args.session, damage)
+        raise UsageError(f"compact refuses a damaged session: {damage}")
+    report = compact_session(
+        directory, args.session, keep=args.keep, dry_run=args.dry_run, progress=progress
+    )
+    end_progress()
+    if out.json:
+        out.doc({**report.__dict__, "why_nothing": report.why_nothing()})
+        return EXIT_OK
+    r = report
+    print(
+        f"kept the newest {plural(len(r.retained), 'checkpoint')}"
+        f" ({r.retained[0] if r.retained else '-'}..{r.retained[-1] if r.retained else '-'})"
+    )
+    if not r.compacted:
+        print(f"nothing {'would be ' if args.dry_run else ''}dropped: {r.why_nothing()}")
+    else:
+        verb = "would drop" if args.dry_run else "dropped"
+        print(
+            f"{verb} the headers of {plural(len(r.compacted), 'older checkpoint')}"
+            f" ({r.compacted[0]}..{r.compacted[-1]}): {size(r.bytes_zeroed)} of records"
+            f" {'would be ' if args.dry_run else ''}zeroed"
+        )
+        if r.in_newest_segment:
+            print(
+                f"left {plural(r.in_newest_segment, 'older checkpoint')} alone: they are in"
+                " the newest segment, which compact never rewrites"
+            )
+        freed = r.bytes_before - r.bytes_after
+        print(
+            f"{plural(r.sealed_segments, 'sealed segment')}: {size(r.bytes_before)} ->"
+            f" {'about ' if args.dry_run else ''}{size(r.bytes_after)} on disk (du),"
+            f" {size(freed)} {'would be ' if args.dry_run else ''}freed"
+            + ("" if args.dry_run else f" ({r.segments_rewritten} rewritten)")
+        )
+        if freed < r.bytes_zeroed:
+            print(
+                "  (records never move, so zeroed bytes free disk space only where they"
+                " cover whole file-system blocks)"
+            )
+    print("events, transcript batches and executions are untouched")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------- delete
+def cmd_delete(args: argparse.Namespace, out: Output) -> int:
+    require_store(args.root)
+    ids = list(dict.fromkeys(args.sessions))
+    with Store(args.root) as store:
+        missing = [s for s in ids if not os.path.isdir(store.session_dir(s))]
+        if missing:
+            raise NotFoundError(
+                f"no session {', '.join(repr(s) for s in missing)} in {args.root}; nothing deleted"
+            )
+        store.catalog.refresh()
+        children = store.catalog.children_of()
+        subtree: list[str] = []
+        queue = list(ids)
+        while queue:
+            sid = queue.pop(0)
+            if sid not in subtree:
+                subtree.append(sid)
+                queue += sorted(children.get(sid, []))
+        forks = [s for s in subtree if s not in ids]
+        what = f"{plural(len(ids), 'session')} ({', '.join(repr(s) for s in ids)})"
+        if forks:
+            what += (
+                f" and {plural(len(forks), 'fork')} of them ({', '.join(repr(s) for s in forks)})"
+            )
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise UsageError(f"delete {what}: not asked on a terminal, so give --yes")
+            print(f"delete {what}, with their state? [y/N] ", end="", file=sys.stderr, flush=True)
+            answer = sys.stdin.readline().strip().lower()
+            if answer not in ("y", "yes"):
+                print("nothing deleted", file=sys.stderr)
+                return EXIT_FINDINGS
+        if not store.delete_sessions(ids):
+            raise NotFoundError(f"{what} no longer all exist; nothing deleted")
+    if out.json:
+        out.doc({"deleted": subtree})
+    else:
+        print(f"deleted {plural(len(subtree), 'session')}: {', '.join(subtree)}")
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------------- demo
+def cmd_demo(args: argparse.Namespace, out: Output) -> int:
+    from .demo import main as demo_main
+
+    if out.json:
+        raise UsageError("demo tells a story for people and has no --json output")
+    return demo_main(args.dir or args.root, command=program())
+
+
+# --------------------------------------------------------------------- parser
+def add_parsers(add: Add) -> None:
+    p = add("verify", cmd_verify, "check every checksum, commit, index and snapshot (read-only)")
+    p.add_argument(
+        "targets",
+        nargs="*",
+        metavar="ROOT|SESSION",
+        help="a store directory and/or session ids (default: every session of --root)",
+    )
+    p = add("repair", cmd_repair, "cut an unfinished tail and rebuild caches (saves what it cuts)")
+    p.add_argument("session", help="session id (no other process may be using it)")
+    p.add_argument(
+        "--cut-at-damage",
+        action="store_true",
+        help="also cut a damaged record in the newest segment and all after it",
+    )
+    p = add("export", cmd_export, "write sessions to one verified bundle file")
+    p.add_argument("sessions", nargs="*", metavar="SESSION", help="session ids (or --all)")
+    p.add_argument("--all", action="store_true", help="every session of the store")
+    p.add_argument("-o", "--output", required=True, help="bundle file to write")
+    p.add_argument("--force", action="store_true", help="overwrite the output file if it exists")
+    p.add_argument("--with-ancestors", action="store_true", help="include the fork parents")
+    p = add("import", cmd_import, "verify a bundle and install its sessions")
+    p.add_argument("bundle", metavar="FILE", help="a bundle written by export")
+    p.add_argument("--rename", action="store_true", help="import colliding ids under new ids")
+    p = add(
+        "compact",
+        cmd_compact,
+        "drop superseded checkpoint data from sealed segments (journals untouched)",
+    )
+    p.add_argument("session", help="session id")
+    p.add_argument(
+        "--keep",
+        type=limit_arg,
+        default=10,
+        help="newest checkpoints to keep restorable (default: 10)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="report what would be dropped")
+    p = add("delete", cmd_delete, "delete sessions with their forks and state (asks first)")
+    p.add_argument("sessions", nargs="+", metavar="SESSION", help="session ids")
+    p.add_argument(
+        "--yes", "-y", action="store_true", help="do not ask (required when not on a terminal)"
+    )
+
+
+def add_demo(add: Add) -> None:
+    p = add("demo", cmd_demo, "write a scripted agent session, crash a writer, fork, verify")
+    p.add_argument("dir", nargs="?", help="store directory for the demo (default: --root)")
