@@ -1,0 +1,53 @@
+"""Child process of the stateful test's crash rule (tests/test_model_stateful.py).
+
+Runs a plan of writes (appends and saves) on an existing store and, after each call
+returns, writes "<index> <sequence>" on stdout and flushes, so the parent knows what
+was acknowledged. After the last one it writes "hang" and sleeps until it is killed.
+
+Usage: model_crash_child.py ROOT PLAN.json
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import msgspec
+
+import journal
+from journal.types import Checkpoint, Event
+
+
+class Op(msgspec.Struct):
+    op: str
+    session: str = ""
+    at: int = 0
+    event: Event | None = None
+    checkpoint: Checkpoint | None = None
+    delta: list[object] = []
+
+
+def main() -> None:
+    root, plan_path = sys.argv[1], sys.argv[2]
+    with open(plan_path, "rb") as f:
+        plan = msgspec.json.decode(f.read(), type=list[Op])
+    store = journal.open(root, durability="os")
+    out = sys.stdout
+    for i, op in enumerate(plan):
+        if op.op == "append":
+            assert op.event is not None
+            seq = store.append_event(op.session, op.at, op.event).sequence
+        else:
+            assert op.checkpoint is not None
+            store.save(op.checkpoint, op.delta)
+            seq = op.checkpoint.sequence
+        out.write(f"{i} {seq}\n")
+        out.flush()
+    out.write("hang\n")
+    out.flush()
+    while True:
+        time.sleep(60)
+
+
+if __name__ == "__main__":
+    main()
