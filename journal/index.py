@@ -26,15 +26,18 @@ import os
 import struct
 import zlib
 from array import array
+from typing import NamedTuple
 
 from . import fsio
 from .errors import StorageError
 
 INDEX_MAGIC = b"JRNLIDX\x00"
-INDEX_VERSION = 2  # 2: entries carry a check (files of version 1 are rebuilt)
-# magic, version, kind, covered, count, anchor_pos, anchor_crc, crc, reserved
-INDEX_HEADER = struct.Struct("<8sHHQQQII4x")
-INDEX_HEADER_SIZE = INDEX_HEADER.size  # 48
+# 3: the header records how far the log was durable (files of versions 1 and 2 are rebuilt)
+INDEX_VERSION = 3
+# magic, version, kind, covered, count, anchor_pos, anchor_crc, durable, crc, reserved
+INDEX_HEADER = struct.Struct("<8sHHQQQIQI4x")
+INDEX_HEADER_SIZE = INDEX_HEADER.size  # 56
+_HEADER_CRC_END = 48
 DENSE = struct.Struct("<QII")
 SPARSE = struct.Struct("<QQII")
 
@@ -70,10 +73,55 @@ def pack_sparse(i: int, key: int, pos: int, size: int) -> bytes:
     return SPARSE.pack(key, pos, size, entry_check(i, key, pos, size, 0))
 
 
-def encode_index_header(kind: int, covered: int, count: int, anchor: tuple[int, int]) -> bytes:
-    fields = (INDEX_MAGIC, INDEX_VERSION, kind, covered, count, anchor[0], anchor[1])
+def encode_index_header(
+    kind: int, covered: int, count: int, anchor: tuple[int, int], durable: int
+) -> bytes:
+    fields = (INDEX_MAGIC, INDEX_VERSION, kind, covered, count, anchor[0], anchor[1], durable)
     raw = INDEX_HEADER.pack(*fields, 0)
-    return INDEX_HEADER.pack(*fields, zlib.crc32(raw[:40]))
+    return INDEX_HEADER.pack(*fields, zlib.crc32(raw[:_HEADER_CRC_END]))
+
+
+class FileEvidence(NamedTuple):
+    """What a sound index header says about the log, whether or not its anchor holds."""
+
+    durable: int  # the log position its writer knew to be synced
+    entries: int  # for the events index, the highest event sequence it covered
+    last_key: int  # the key of its last entry (-1: none, or the entry does not check)
+
+
+def read_evidence(path: str, kind: int) -> FileEvidence | None:
+    """Read an index file's header (and last entry) without adopting it (None: unsound).
+
+    A position recorded as durable that the log no longer reaches, or a count beyond
+    what the log holds, tells how much committed data was lost (FORMAT.md section 5).
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(INDEX_HEADER_SIZE)
+            if len(head) != INDEX_HEADER_SIZE:
+                return None
+            magic, version, got_kind, covered, count, _, _, durable, crc = INDEX_HEADER.unpack(
+                head
+            )
+            if (
+                magic != INDEX_MAGIC
+                or version != INDEX_VERSION
+                or got_kind != kind
+                or zlib.crc32(head[:_HEADER_CRC_END]) != crc
+                or durable > covered
+            ):
+                return None
+            last_key = -1
+            if count and kind != KIND_EVENTS:
+                f.seek(INDEX_HEADER_SIZE + (count - 1) * SPARSE.size)
+                raw = f.read(SPARSE.size)
+                if len(raw) == SPARSE.size:
+                    key, pos, size, check = SPARSE.unpack(raw)
+                    if entry_check(count - 1, key, pos, size, 0) == check:
+                        last_key = key
+    except OSError:
+        return None
+    return FileEvidence(durable, count, last_key)
 
 
 class Index:
@@ -88,6 +136,7 @@ class Index:
         self.flushed = 0  # entries in the file that we trust
         self.file_covered = 0  # log position the flushed entries reflect
         self.file_anchor = (0, 0)  # (position, crc) of the commit record ending at file_covered
+        self.file_durable = 0  # log position the file's writer knew to be synced
         self.covered = 0  # log position that flushed + pending entries reflect
         # pending tail, as parallel arrays (compact even for long-lived readers)
         self._keys = array("Q")
@@ -115,6 +164,7 @@ class Index:
         self.flushed = 0
         self.file_covered = 0
         self.file_anchor = (0, 0)
+        self.file_durable = 0
         self.covered = 0
         self._keys, self._pos = array("Q"), array("Q")
         self._size, self._flags = array("I"), array("I")
@@ -138,18 +188,20 @@ class Index:
         head = os.pread(fd, INDEX_HEADER_SIZE, 0)
         if len(head) != INDEX_HEADER_SIZE:
             return False
-        magic, version, kind, covered, count, apos, acrc, crc = INDEX_HEADER.unpack(head)
+        magic, version, kind, covered, count, apos, acrc, durable, crc = INDEX_HEADER.unpack(head)
         if (
             magic != INDEX_MAGIC
             or version != INDEX_VERSION
             or kind != self.kind
-            or zlib.crc32(head[:40]) != crc
+            or zlib.crc32(head[:_HEADER_CRC_END]) != crc
+            or durable > covered
             or os.fstat(fd).st_size < INDEX_HEADER_SIZE + count * self.entry.size
         ):
             return False
         self.flushed = count
         self.file_covered = covered
         self.file_anchor = (apos, acrc)
+        self.file_durable = durable
         self.covered = covered
         return True
 
@@ -321,9 +373,19 @@ class Index:
         return None
 
     # ------------------------------------------------------------ persistence
-    def flush(self, covered: int, anchor: tuple[int, int]) -> None:
-        """Write pending entries and flag changes, then the header (no fsync: a cache)."""
-        if self.doubt or (not self._pos and not self._dirty_flags and covered == self.file_covered):
+    def flush(self, covered: int, anchor: tuple[int, int], durable: int) -> None:
+        """Write pending entries and flag changes, then the header (no fsync: a cache).
+
+        `durable` is the log position up to which the log is known synced (at most
+        `covered`): only a position already durable is ever recorded as such.
+        """
+        durable = min(durable, covered)
+        if self.doubt or (
+            not self._pos
+            and not self._dirty_flags
+            and covered == self.file_covered
+            and durable <= self.file_durable
+        ):
             return
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -345,13 +407,14 @@ class Index:
                     fd, pack_dense(i, pos, size, flags), INDEX_HEADER_SIZE + i * esz, self.path
                 )
             count = self.count
-            header = encode_index_header(self.kind, covered, count, anchor)
+            header = encode_index_header(self.kind, covered, count, anchor, durable)
             fsio.pwrite(fd, header, 0, self.path)
         finally:
             os.close(fd)
         self.flushed = count
         self.file_covered = covered
         self.file_anchor = anchor
+        self.file_durable = durable
         self._keys, self._pos = array("Q"), array("Q")
         self._size, self._flags = array("I"), array("I")
         self._dirty_flags.clear()

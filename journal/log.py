@@ -43,9 +43,11 @@ from .record import (
     HEADER_SIZE,
     KNOWN_FLAGS,
     OK,
+    SEAL,
     SHORT,
     TYPE_NAMES,
     Record,
+    frame,
     frame_at,
     open_payload,
     parse_at,
@@ -56,6 +58,8 @@ SEGMENT_VERSION = 1
 SEGMENT_HEADER = struct.Struct("<8sHHIQI4x")  # magic, version, kind, reserved, base, crc
 SEGMENT_HEADER_SIZE = SEGMENT_HEADER.size  # 32
 SEGMENT_SUFFIX = ".seg"
+SEAL_RECORD = frame(SEAL, b"", commit=True, compress=False)
+SEAL_SIZE = len(SEAL_RECORD)  # 10
 
 KIND_SESSION = 1
 KIND_CATALOG = 3
@@ -75,10 +79,10 @@ _COMPRESSED = FLAG_ZSTD | FLAG_DICT
 _DICT_FLAGS = (FLAG_ZSTD | FLAG_DICT, FLAG_ZSTD | FLAG_DICT | FLAG_COMMIT)
 _PREALLOC_MIN = 64 << 10
 _PREALLOC_MAX = 4 << 20
-# Where a record header could start: a known type byte (1..8) then known flags (0..3,
+# Where a record header could start: a known type byte (1..10) then known flags (0..3,
 # or 5 and 7: the dictionary bit comes with the zstd bit).
-_CANDIDATE = re.compile(rb"(?=.{8}[\x01-\x08][\x00-\x03\x05\x07])", re.DOTALL)
-assert set(TYPE_NAMES) == set(range(1, 9)) and KNOWN_FLAGS == 0x07
+_CANDIDATE = re.compile(rb"(?=.{8}[\x01-\x0a][\x00-\x03\x05\x07])", re.DOTALL)
+assert set(TYPE_NAMES) == set(range(1, 11)) and KNOWN_FLAGS == 0x07
 
 
 def segment_name(base: int) -> str:
@@ -178,6 +182,11 @@ class Log:
         self.dir = directory
         self.kind = kind
         self.segment_bytes = segment_bytes
+        # Session logs end every sealed segment with a SEAL record (FORMAT.md
+        # section 3), so that a missing newest segment is seen. The catalog is
+        # derived from the sessions and rebuilt when damaged: it needs none.
+        self.seals = kind == KIND_SESSION
+        self._checked_unsealed = ("", -1)  # (segment, end) found not to end with a SEAL
         self.label = label
         self.segments: list[Segment] = []
         self._fds: dict[str, int] = {}
@@ -522,6 +531,7 @@ class Log:
         pending: list[Record] = []
         pos = start
         retries = 0
+        sealed = False  # the last commit read in this segment is its SEAL
         while idx < len(self.segments):
             seg = self.segments[idx]
             newest = idx == len(self.segments) - 1
@@ -547,6 +557,10 @@ class Log:
                     raise CorruptionError(f"{self.label}: segment header truncated", path=seg.path)
                 check_segment_header(head, seg.path, self.kind, seg.base)
             seg_end = seg.base + file_size - SEGMENT_HEADER_SIZE
+            if pos == start and pos == seg_end and pos - seg.base >= SEAL_SIZE and self.seals:
+                # A scan that starts at the end of a file must know whether the file
+                # ends with its SEAL (then its successor must exist).
+                sealed = self._ends_with_seal(fd, seg, pos)
             buf = b""
             buf_pos = pos
             while True:
@@ -564,9 +578,17 @@ class Log:
                             payload, pos, seg.path, SEGMENT_HEADER_SIZE + pos - seg.base
                         )
                     rec = Record(pos, pend - off, rtype, flags, payload, _crc_at(buf, off))
+                    if sealed or (rtype == SEAL and (pending or flags != FLAG_COMMIT)):
+                        raise CorruptionError(
+                            f"{self.label}: a seal record must end its segment alone"
+                            f" (record at position {pos})",
+                            path=seg.path,
+                            offset=SEGMENT_HEADER_SIZE + pos - seg.base,
+                        )
                     pos += rec.size
                     pending.append(rec)
                     if flags & FLAG_COMMIT:
+                        sealed = rtype == SEAL
                         yield pending
                         pending = []
                         state.end = pos
@@ -592,9 +614,27 @@ class Log:
             at_eof = pos == seg_end
             seen_at_pos = bytes(buf[off : off + 4096])
             if not newest:
+                nxt = self.segments[idx + 1]
+                if (
+                    self.seals
+                    and not sealed
+                    and idx + 2 == len(self.segments)
+                    and nxt.base == state.end + SEAL_SIZE
+                    and seg_end - state.end <= SEAL_SIZE
+                    and _just_created(nxt)
+                ):
+                    # A roll interrupted between creating the next segment and
+                    # writing the SEAL (perhaps torn) that names it: nothing was
+                    # committed after `state.end` (`_roll`).
+                    state.tail, state.path = "unsealed", seg.path
+                    state.tail_pos = state.stop_pos = state.end
+                    state.file_offset = SEGMENT_HEADER_SIZE + state.end - seg.base
+                    state.stop_offset = state.file_offset
+                    state.detail = f"the roll to {os.path.basename(nxt.path)} did not finish"
+                    return
                 if outcome == END and at_eof and not pending:
                     idx += 1
-                    nxt = self.segments[idx]
+                    sealed = False
                     if nxt.base != pos:
                         # Positions are dense across segments: a gap means segments
                         # are missing (without this check the scan read the next
@@ -621,7 +661,17 @@ class Log:
             if outcome == END and at_eof and not pending:
                 if self._newer_segment_appeared():
                     idx += 1
+                    sealed = False
                     continue
+                if sealed:
+                    raise CorruptionError(
+                        f"{self.label}: segment {segment_name(pos)} is missing:"
+                        f" {os.path.basename(seg.path)} is sealed, and its seal names a next"
+                        f" segment starting at log position {pos}; everything committed"
+                        " from there on is lost",
+                        path=seg.path,
+                        offset=SEGMENT_HEADER_SIZE + pos - SEAL_SIZE - seg.base,
+                    )
                 state.tail = "clean"
                 return
             # A reader (verify) racing a live writer may have read bytes the writer
@@ -691,6 +741,15 @@ class Log:
             state.file_offset = SEGMENT_HEADER_SIZE + pos - seg.base
             return
         return
+
+    def _ends_with_seal(self, fd: int, seg: Segment, end: int) -> bool:
+        if self._checked_unsealed == (seg.path, end):
+            return False
+        sealed = _pread(fd, SEAL_SIZE, SEGMENT_HEADER_SIZE + end - SEAL_SIZE - seg.base, seg.path)
+        if sealed == SEAL_RECORD:
+            return True
+        self._checked_unsealed = (seg.path, end)
+        return False
 
     def _newer_segment_appeared(self) -> bool:
         before = len(self.segments)
@@ -884,8 +943,15 @@ class Log:
 
     @property
     def writer_end(self) -> int:
-        assert self._writer is not None
-        return self._writer.data_end
+        """Where the next `write` starts: a full segment is sealed and the next one
+        begun first, since the SEAL record moves that position on."""
+        w = self._writer
+        assert w is not None
+        if w.data_end - w.seg.base >= self.segment_bytes and not w.poisoned:
+            self._roll()
+            w = self._writer
+            assert w is not None
+        return w.data_end
 
     def truncate_tail(self, end: int) -> None:
         """Cut the newest segment back to `end` durably (recovery of a torn tail)."""
@@ -905,6 +971,31 @@ class Log:
         try:
             fsio.truncate(fd, SEGMENT_HEADER_SIZE + end - seg.base, seg.path)
             fsio.sync_file(fd, seg.path)
+        finally:
+            os.close(fd)
+
+    def finish_seal(self, end: int) -> None:
+        """Complete a roll a crash interrupted (tail "unsealed"): the segment whose
+        data ends at `end` gets its SEAL record, durably (under the session lock)."""
+        self.forget_cached()
+        self.close_writer()
+        i, seg = self._segment_for(end - 1 if end > 0 else 0)
+        if i + 2 != len(self.segments) or self.segments[i + 1].base != end + SEAL_SIZE:
+            raise CorruptionError(
+                f"{self.label}: no interrupted roll at position {end}", path=seg.path
+            )
+        nxt = self.segments[i + 1]
+        if not os.path.exists(nxt.path) or os.path.getsize(nxt.path) < SEGMENT_HEADER_SIZE:
+            # the crash came while its header was written: write it again first
+            _create_segment_file(nxt.path, self.kind, nxt.base, replace=True)
+            fsio.sync_dir(self.dir)
+        try:
+            fd = os.open(seg.path, os.O_RDWR)
+        except OSError as exc:
+            raise StorageError(f"cannot open {seg.path}: {exc.strerror}") from exc
+        try:
+            fsio.truncate(fd, SEGMENT_HEADER_SIZE + end - seg.base, seg.path)
+            _write_seal(fd, seg, end)
         finally:
             os.close(fd)
 
@@ -1041,7 +1132,14 @@ class Log:
             fsio.truncate(w.fd, size, w.seg.path)
             fsio.sync_file(w.fd, w.seg.path)
             w.synced_end = w.data_end
-        base = w.data_end
+            self.note_durable(w.data_end)
+        # The next segment is made durable before the SEAL that names it: a SEAL
+        # then always means that its successor existed, so a log ending with one
+        # has lost a segment. A crash between the two leaves an unsealed segment
+        # followed by an empty one, which `committed` reports as "unsealed" and
+        # `finish_seal` completes.
+        seal_at = w.data_end
+        base = seal_at + SEAL_SIZE if self.seals else seal_at
         path = os.path.join(self.dir, segment_name(base))
         # From here on the old writer is done: a failure below must leave no writer
         # (the next commit then recovers), not one whose descriptor is closed, whose
@@ -1050,6 +1148,9 @@ class Log:
         try:
             _create_segment_file(path, self.kind, base)
             fsio.sync_dir(self.dir)
+            if self.seals:
+                _write_seal(w.fd, w.seg, seal_at)
+                self.note_durable(base)
         finally:
             os.close(w.fd)
         self.list_segments()
@@ -1076,6 +1177,7 @@ class Log:
                 if w.synced_end < w.data_end and not w.poisoned and self.sync_on_close:
                     fsio.sync_data(w.fd, w.seg.path)
                     w.synced_end = w.data_end
+                    self.note_durable(w.data_end)
             except StorageError as exc:
                 w.poisoned = str(exc)
                 raise
@@ -1120,6 +1222,20 @@ def _create_segment_file(
         raise
     finally:
         os.close(fd)
+
+
+def _write_seal(fd: int, seg: Segment, pos: int) -> None:
+    """Append the SEAL record at log position `pos` of `seg` and sync it."""
+    fsio.pwrite(fd, SEAL_RECORD, SEGMENT_HEADER_SIZE + pos - seg.base, seg.path)
+    fsio.sync_file(fd, seg.path)
+
+
+def _just_created(seg: Segment) -> bool:
+    """Is `seg` a roll's new file: its header (perhaps cut short) and nothing else?"""
+    try:
+        return os.stat(seg.path).st_size <= SEGMENT_HEADER_SIZE
+    except OSError:
+        return False
 
 
 def _size_of(fd: int) -> int:

@@ -72,6 +72,34 @@ class DictionaryPayload(msgspec.Struct, array_like=True):
     data: bytes  # the dictionary, as zstd's trainer wrote it
 
 
+class LostRange(msgspec.Struct, array_like=True):
+    """Bytes `journal repair --accept-loss` cut from one segment file, and where they went."""
+
+    segment: str  # the segment file's name
+    start: int  # file offsets [start, end) cut from it
+    end: int
+    kept_as: str  # the file, relative to the session directory, that holds them now
+
+
+class LossPayload(msgspec.Struct, array_like=True):
+    """A LOSS record: what a person accepted to lose, and the numbers never reused.
+
+    Appended by `journal repair --accept-loss` where it cut the log. The session's
+    numbering continues after the `*_through` fields: sequences that were handed out
+    before the loss are never handed out again.
+    """
+
+    accepted_at: int  # Unix seconds
+    cut_at: int  # log position where the readable log ended, and this record starts
+    lost_to: int  # furthest log position the evidence shows was committed (-1: unknown)
+    events_kept: int  # event sequences 1..events_kept were kept
+    events_through: int  # the highest event sequence known to have been handed out
+    checkpoint_kept: int  # the latest checkpoint sequence kept (-1: none)
+    checkpoints_through: int  # the highest checkpoint sequence known to have been saved
+    reason: str  # the damage that was found
+    ranges: list[LostRange]
+
+
 COMMIT_SAVE = 1
 COMMIT_FORK = 2
 
@@ -84,12 +112,14 @@ execution_decoder = msgspec.msgpack.Decoder(ExecutionPayload)
 event_decoder = msgspec.msgpack.Decoder(EventPayload)
 commit_decoder = msgspec.msgpack.Decoder(CommitPayload)
 dictionary_decoder = msgspec.msgpack.Decoder(DictionaryPayload)
+loss_decoder = msgspec.msgpack.Decoder(LossPayload)
 
 
 def _decoders() -> dict[int, msgspec.msgpack.Decoder[Any]]:
-    from .record import CHECKPOINT, COMMIT, DICT, EVENT, EXECUTION, TRANSCRIPT
+    from .record import CHECKPOINT, COMMIT, DICT, EVENT, EXECUTION, LOSS, TRANSCRIPT
 
     return {
+        LOSS: loss_decoder,
         CHECKPOINT: checkpoint_decoder,
         TRANSCRIPT: transcript_decoder,
         EXECUTION: execution_decoder,

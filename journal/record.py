@@ -42,6 +42,12 @@ COMMIT = 5
 CATALOG = 6
 PAD = 7  # filler left by `compact` where a record shrank; every reader skips it
 DICT = 8  # the session's zstd dictionary (`dictionary.py`), its own commit
+# The last record of a sealed session segment: a commit of its own, empty, saying that
+# the next segment exists and starts right after it (FORMAT.md section 3).
+SEAL = 9
+# A note that `journal repair --accept-loss` appended: what was lost, and the numbers
+# never to be handed out again (`payloads.LossPayload`). A commit of its own.
+LOSS = 10
 TYPE_NAMES = {
     CHECKPOINT: "checkpoint",
     TRANSCRIPT: "transcript",
@@ -51,6 +57,8 @@ TYPE_NAMES = {
     CATALOG: "catalog",
     PAD: "pad",
     DICT: "dictionary",
+    SEAL: "seal",
+    LOSS: "loss",
 }
 
 FLAG_ZSTD = 0x01

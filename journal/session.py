@@ -77,7 +77,9 @@ from .record import (
     EVENT,
     EXECUTION,
     FLAG_COMMIT,
+    LOSS,
     PAD,
+    SEAL,
     TRANSCRIPT,
     Record,
     frame,
@@ -138,6 +140,13 @@ class Head(msgspec.Struct):
     executions: int = 0
     commits: int = 0
     dict_pos: int = -1  # log position of the session's DICT record, or -1
+    # Log position known synced when this snapshot was written (at most `covered`):
+    # a log that no longer reaches it has lost committed data (FORMAT.md section 5).
+    durable: int = 0
+    # The highest checkpoint sequence known saved before an accepted loss (LOSS
+    # records): a save must go past it. -1: none.
+    sequence_floor: int = -1
+    losses: list[int] = msgspec.field(default_factory=list)  # positions of LOSS records
 
 
 class _FirstUserMessage(msgspec.Struct):
@@ -332,6 +341,9 @@ class Session:
         # (path, position) of the last unusable tail a reader classified, and the verdict
         self._tail_checked: tuple[tuple[str, int], CorruptionError | None] | None = None
         self.tail_state = ScanState()
+        # The highest log position a cache file records as synced, and that file
+        # (`_open_caches`): the log must reach it, or committed data was lost.
+        self.durable_claim: tuple[int, str] = (0, "")
         if private is not None:
             self._recovered = True  # an empty log we laid out: nothing to read or recover
             return
@@ -520,11 +532,18 @@ class Session:
 
     # ------------------------------------------------------------ cache loading
     def _open_caches(self) -> None:
-        """Adopt snapshot and indexes when they match the log, then read the tail."""
+        """Adopt snapshot and indexes when they match the log, then read the tail.
+
+        Each cache also names the log position its writer knew to be synced; the
+        highest such claim, even of a cache not adopted, is the evidence that
+        `_catch_up` holds the log to (`durable_claim`).
+        """
         head = self._load_snapshot()
         for idx in self.indexes.values():
-            if idx.load() and not self._anchor_ok(idx.file_covered, idx.file_anchor):
-                idx.reset()
+            if idx.load():
+                self._claim_durable(idx.file_durable, idx.path)
+                if not self._anchor_ok(idx.file_covered, idx.file_anchor):
+                    idx.reset()
         if head is not None:
             self.head = head
             self._receipts = set(head.receipts)
@@ -543,6 +562,8 @@ class Session:
             return None
         except (JournalError, msgspec.DecodeError):
             return None  # a damaged cache is rebuilt from the log, never an error
+        if head.durable <= head.covered:
+            self._claim_durable(head.durable, path)
         if not self._anchor_ok(head.covered, (head.anchor_pos, head.anchor_crc)):
             return None
         if head.dict_pos >= head.covered:
@@ -556,6 +577,10 @@ class Session:
                 return None
         self._snapshot_size = len(raw)
         return head
+
+    def _claim_durable(self, position: int, path: str) -> None:
+        if position > self.durable_claim[0]:
+            self.durable_claim = (position, path)
 
     def _anchor_ok(self, covered: int, anchor: tuple[int, int]) -> bool:
         """Does the log still end a commit at `covered` with the same closing record?"""
@@ -600,7 +625,22 @@ class Session:
                 state.tail = "damaged"
                 return state
             ahead = max([self.head.covered] + [i.covered for i in self.indexes.values()])
-            if state.end < ahead:
+            claimed, claimed_by = self.durable_claim
+            if state.end < claimed and state.tail != "damaged":
+                err = CorruptionError(
+                    f"session {self.id!r}: committed data is missing: the log ends at"
+                    f" position {state.end}, but {os.path.basename(claimed_by)} records it"
+                    f" durable up to position {claimed} (a segment removed or truncated);"
+                    " `journal salvage` copies what is left, `journal repair --accept-loss`"
+                    " makes the session writable again",
+                    path=state.path or self.log.dir,
+                    offset=state.stop_offset if state.path else None,
+                )
+                self.damage, self.damage_end = err, state.end
+                self.log.forget_cached()
+                if not tolerate:
+                    raise err
+            elif state.end < ahead:
                 err = CorruptionError(
                     f"session {self.id!r}: the log cannot be read up to position {ahead},"
                     f" which was committed ({state.detail or 'data is missing'})",
@@ -743,7 +783,10 @@ class Session:
                 if rtype == DICT:
                     self._apply_dictionary(commit, rec, to_head)
                     continue
-                if rtype not in (COMMIT, PAD):
+                if rtype == LOSS:
+                    self._apply_loss(rec, to_head)
+                    continue
+                if rtype not in (COMMIT, PAD, SEAL):
                     raise CorruptionError(
                         f"unexpected record type {rtype} in a session log",
                         path=self.log.label,
@@ -797,6 +840,28 @@ class Session:
             self.head.dict_pos = rec.pos
         self._samples = None
         self._training = False
+
+    def _apply_loss(self, rec: Record, to_head: bool) -> None:
+        """A LOSS record: the numbers handed out before the loss stay used.
+
+        The event index gets an entry, marked removed, for each event sequence lost,
+        so entry `i` still describes sequence `i + 1`; pages skip them.
+        """
+        if rec.flags != FLAG_COMMIT:
+            raise CorruptionError(
+                "a loss record must be a commit of its own", path=self.log.label, offset=rec.pos
+            )
+        p = _decode_payload(payloads.loss_decoder, rec, self)
+        events = self.indexes[KIND_EVENTS]
+        if rec.pos >= events.covered:
+            for seq in range(events.count + 1, p.events_through + 1):
+                events.append(seq, rec.pos, rec.size, REMOVED)
+        if not to_head:
+            return
+        head = self.head
+        head.event_counter = max(head.event_counter, p.events_through)
+        head.sequence_floor = max(head.sequence_floor, p.checkpoints_through)
+        head.losses.append(rec.pos)
 
     def _apply_checkpoint(self, p: CheckpointPayload, rec: Record) -> None:
         head = self.head
@@ -991,6 +1056,10 @@ class Session:
                 path=state.path,
                 offset=state.file_offset,
             )
+        if state.tail == "unsealed":
+            self.log.finish_seal(state.end)
+            self.log.list_segments()
+            state = self._catch_up(strict=True)
         if state.tail == "torn":
             if state.detail == "segment header incomplete":
                 self.log.remove_empty_newest()
@@ -1115,7 +1184,7 @@ class Session:
         """Cache upkeep, still under the lock: flush indexes, write a snapshot now and then."""
         grown = self.head.covered - self._snapshot_covered
         if grown >= self.options.snapshot_bytes and grown >= self._snapshot_size:
-            self.flush_caches()
+            self._write_caches()
             return
         a, b, c, d = self._index_list  # this runs on every commit: no loop
         if a.pending + b.pending + c.pending + d.pending >= self.options.index_flush_entries:
@@ -1128,14 +1197,37 @@ class Session:
         """Do the index and snapshot files already reflect everything committed here?"""
         with self._state_lock:
             covered = self.head.covered
-            return self._snapshot_covered == covered and all(
-                i.pending == 0 and i.file_covered == covered and not i.doubt
-                for i in self.indexes.values()
+            durable = min(self._durable_known(), covered)
+            return (
+                self._snapshot_covered == covered
+                and self.head.durable >= durable
+                and not (self.log.has_writer() and self.log.durable_to < covered)
+                and all(
+                    i.pending == 0
+                    and i.file_covered == covered
+                    and i.file_durable >= durable
+                    and not i.doubt
+                    for i in self.indexes.values()
+                )
             )
 
     def flush_caches(self) -> None:
+        """Make what this writer wrote durable (a no-op in "fsync" mode), then write
+        the caches, so that they record the whole log as durable: a cache that
+        names a durable position the log no longer reaches proves a loss."""
+        if self.log.has_writer():
+            self.log.wait_durable(self.head.covered)
+        self._write_caches()
+
+    def _durable_known(self) -> int:
+        """The furthest log position known synced: by this writer, or by a cache's
+        claim that the log was found to reach when it was opened."""
+        return max(self.log.durable_to, self.durable_claim[0])
+
+    def _write_caches(self) -> None:
         with self._state_lock:
             self._flush_indexes()
+            self.head.durable = min(self._durable_known(), self.head.covered)
             raw = _encode(self.head)
             write_meta(os.path.join(self.dir, SNAPSHOT_FILE), KIND_SNAPSHOT, raw, durable=False)
             self._snapshot_covered = self.head.covered
@@ -1143,8 +1235,9 @@ class Session:
 
     def _flush_indexes(self) -> None:
         anchor = (self.head.anchor_pos, self.head.anchor_crc)
+        durable = self._durable_known()
         for idx in self.indexes.values():
-            idx.flush(self.head.covered, anchor)
+            idx.flush(self.head.covered, anchor, durable)
 
     def _joined_context(self) -> bytearray:
         """`b"".join(head.context)`, kept between saves (writers hold the lock).
@@ -1235,6 +1328,12 @@ class Session:
                 raise ContractViolationError(
                     f"checkpoint sequence did not advance (session {self.id!r}: stored "
                     f"{head.sequence}, got {checkpoint.sequence})"
+                )
+            if checkpoint.sequence <= head.sequence_floor:
+                raise ContractViolationError(
+                    f"checkpoint sequence {checkpoint.sequence} of session {self.id!r} was"
+                    f" used before a loss that `journal repair --accept-loss` accepted:"
+                    f" the next checkpoint must come after {head.sequence_floor}"
                 )
             stored = head.context if head.sequence >= 0 else None
             base, tail = plan_context(

@@ -42,6 +42,8 @@ CODE_CONSTANTS = {
     "record.type.catalog": record.CATALOG,
     "record.type.pad": record.PAD,
     "record.type.dictionary": record.DICT,
+    "record.type.seal": record.SEAL,
+    "record.type.loss": record.LOSS,
     "record.flag.zstd": record.FLAG_ZSTD,
     "record.flag.commit": record.FLAG_COMMIT,
     "record.flag.dictionary": record.FLAG_DICT,
@@ -130,6 +132,7 @@ def test_record_frame_table_matches_struct() -> None:
         ("EventPayload", payloads.EventPayload),
         ("CommitPayload", payloads.CommitPayload),
         ("DictionaryPayload", payloads.DictionaryPayload),
+        ("LossPayload", payloads.LossPayload),
         ("CatalogRecord", catalog.CatalogRecord),
     ],
 )

@@ -1,0 +1,206 @@
+"""Lost commits are reported, never passed off as a torn tail (FORMAT.md section 5).
+
+A session whose files show that committed data existed beyond what its log now
+holds is *damaged*: its writes raise `CorruptionError`, no sequence is handed out
+twice, and what remains readable stays readable. Each test damages real files of
+a real store the way a person or a failing disk would, then opens it afresh.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from faults import all_events, checkpoint, truncate_file, warning
+
+import journal
+from journal import CorruptionError, EventPageRequest
+from journal.log import SEAL_RECORD, SEAL_SIZE
+from journal.record import OK, SEAL, parse_at
+
+SID = "s"
+SEGMENT_BYTES = 4096
+
+
+def session_dir(root: str) -> str:
+    (path,) = glob.glob(os.path.join(root, "sessions", "*", "SESSION"))
+    return os.path.dirname(path)
+
+
+def segments(root: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(session_dir(root), "log", "*.seg")))
+
+
+def last_record_type(path: str) -> int:
+    data = Path(path).read_bytes()
+    off, last = 32, 0
+    while True:
+        outcome, rtype, _, _, end = parse_at(data, off)
+        if outcome != OK:
+            return last
+        last, off = rtype, end
+
+
+def build(root: str, *, saves: int = 30, segment_bytes: int = SEGMENT_BYTES) -> int:
+    """A session of several segments, closed cleanly; returns its last event sequence."""
+    store = journal.open(root, segment_bytes=segment_bytes)
+    ctx: list[Any] = []
+    last = 0
+    try:
+        for seq in range(saves):
+            ctx = [*ctx, {"n": seq, "text": "item " + "x" * 80}]
+            evs = store.save_with_events(
+                checkpoint(SID, seq, ctx), ctx[-1:], None, [warning(f"save {seq}")]
+            )
+            ev = store.append_event(SID, 1_700_000_000_000 + seq, warning(f"a{seq}").event)
+            last = max(evs[-1].sequence, ev.sequence)
+    finally:
+        store.close()
+    return last
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, int]:
+    root = str(tmp_path_factory.mktemp("loss") / "store")
+    last = build(root)
+    return root, last
+
+
+@pytest.fixture
+def copy(pristine: tuple[str, int], tmp_path: Any) -> tuple[str, int]:
+    root = str(tmp_path / "store")
+    shutil.copytree(pristine[0], root)
+    return root, pristine[1]
+
+
+def test_sealed_segments_end_with_a_seal_record(copy: tuple[str, int]) -> None:
+    root, _ = copy
+    segs = segments(root)
+    assert len(segs) >= 4
+    for seg in segs[:-1]:
+        assert last_record_type(seg) == SEAL
+        with open(seg, "rb") as f:
+            assert f.read()[-SEAL_SIZE:] == SEAL_RECORD
+    assert last_record_type(segs[-1]) != SEAL
+
+
+def assert_damaged_and_refuses_writes(root: str, last: int) -> None:
+    store = journal.open(root, segment_bytes=SEGMENT_BYTES)
+    try:
+        with pytest.raises(CorruptionError) as info:
+            store.append_event(SID, 1, warning("after the loss").event)
+        assert info.value.path
+        with pytest.raises(CorruptionError):
+            store.save(checkpoint(SID, 10_000, [{"n": 0}]), [])
+        # the newest page needs what was lost
+        with pytest.raises(CorruptionError):
+            store.event_page(SID, EventPageRequest(limit=5))
+    finally:
+        store.close()
+    again = journal.open(root, segment_bytes=SEGMENT_BYTES)
+    try:  # still refused by a fresh process's view: nothing was cut or re-issued
+        with pytest.raises(CorruptionError):
+            again.append_event(SID, 1, warning("after the loss").event)
+    finally:
+        again.close()
+
+
+def test_deleted_newest_segment_is_a_loss(copy: tuple[str, int]) -> None:
+    root, last = copy
+    os.unlink(segments(root)[-1])
+    assert_damaged_and_refuses_writes(root, last)
+
+
+def test_deleted_newest_segment_without_caches_is_a_loss(copy: tuple[str, int]) -> None:
+    """The seal of the segment before it names it: no cache is needed to see the loss."""
+    root, last = copy
+    os.unlink(segments(root)[-1])
+    for name in ["events.idx", "checkpoints.idx", "transcripts.idx", "executions.idx", "snapshot"]:
+        os.unlink(os.path.join(session_dir(root), name))
+    assert_damaged_and_refuses_writes(root, last)
+
+
+def test_deleted_newest_two_segments_is_a_loss(copy: tuple[str, int]) -> None:
+    root, last = copy
+    for seg in segments(root)[-2:]:
+        os.unlink(seg)
+    assert_damaged_and_refuses_writes(root, last)
+
+
+@pytest.mark.parametrize("keep", [40, 200, 1000])
+def test_truncated_newest_segment_after_a_clean_close_is_a_loss(
+    copy: tuple[str, int], keep: int
+) -> None:
+    """A clean close records the whole log as durable: a shorter log lost commits."""
+    root, last = copy
+    truncate_file(segments(root)[-1], keep)
+    assert_damaged_and_refuses_writes(root, last)
+
+
+def test_truncated_single_segment_log_is_a_loss(tmp_path: Any) -> None:
+    root = str(tmp_path / "store")
+    last = build(root, saves=8, segment_bytes=64 << 20)
+    (seg,) = segments(root)
+    truncate_file(seg, os.path.getsize(seg) // 2)
+    assert_damaged_and_refuses_writes(root, last)
+
+
+def test_readable_prefix_stays_readable_after_a_loss(copy: tuple[str, int]) -> None:
+    root, last = copy
+    store = journal.open(root, segment_bytes=SEGMENT_BYTES)
+    try:
+        before = msgspec.to_builtins(all_events(store, SID))
+    finally:
+        store.close()
+    os.unlink(segments(root)[-1])
+    store = journal.open(root, segment_bytes=SEGMENT_BYTES)
+    try:
+        # the oldest events are there, exactly as written
+        first = store.events_after(SID, 0, 5)
+        assert msgspec.to_builtins(first) == before[:5]
+        with pytest.raises(CorruptionError):
+            store.events_after(SID, 0, last)  # asks for what was lost
+        assert store.checkpoint_at(SID, 0) is not None
+    finally:
+        store.close()
+
+
+def test_interrupted_roll_is_finished_not_reported(tmp_path: Any) -> None:
+    """A crash between creating the next segment and sealing the old one loses nothing."""
+    root = str(tmp_path / "store")
+    last = build(root, saves=12)
+    segs = segments(root)
+    newest = segs[-1]
+    # Rewind to the moment after the roll created the newest segment: the segment
+    # before it loses its SEAL, the new one holds only its header.
+    sealed = segs[-2]
+    data = Path(sealed).read_bytes()
+    assert data.endswith(SEAL_RECORD)
+    store = journal.open(root, segment_bytes=SEGMENT_BYTES)
+    try:
+        before = [e.sequence for e in all_events(store, SID)]
+    finally:
+        store.close()
+    # The events of the newest segment go, and the caches written after them: the
+    # state a crash right after the roll's new file was made leaves behind.
+    for name in ["events.idx", "checkpoints.idx", "transcripts.idx", "executions.idx", "snapshot"]:
+        os.unlink(os.path.join(session_dir(root), name))
+    with open(sealed, "r+b") as f:
+        f.truncate(len(data) - SEAL_SIZE)
+    with open(newest, "r+b") as f:
+        f.truncate(32)
+    store = journal.open(root, segment_bytes=SEGMENT_BYTES)
+    try:
+        have = [e.sequence for e in all_events(store, SID)]
+        assert have and have == before[: len(have)]
+        ev = store.append_event(SID, 1, warning("after the roll").event)
+        assert ev.sequence == have[-1] + 1
+    finally:
+        store.close()
+    assert Path(sealed).read_bytes().endswith(SEAL_RECORD)
+    assert last > have[-1]
