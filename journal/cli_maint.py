@@ -52,9 +52,11 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
                 raise NotFoundError(f"no session directory {name} in {root}")
     findings: list[dict[str, Any]] = []
     damaged: list[str] = []
+    checked: list[dict[str, Any]] = []
     sessions = commits = 0
     for report, found in verify_store(root, selected):
         if report is not None:
+            checked.append({"session": report.session_id, "commits": report.commits})
             sessions += 1
             commits += report.commits
             progress(f"verified {plural(sessions, 'session')}")
@@ -82,6 +84,7 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
                 "commits": commits,
                 "damaged_sessions": damaged,
                 "findings": findings,
+                "checked": [{**c, "damaged": c["session"] in damaged} for c in checked],
             }
         )
     else:

@@ -327,7 +327,8 @@ def _all_executions(store: Store, limit: int, out: Output) -> list[ExecutionReco
     except JournalError:
         pass
     else:
-        for sid in dict.fromkeys(r.session_id for r in records):
+        store.catalog.refresh()
+        for sid in sorted(store.catalog.summaries):
             catch(out, sid, partial(store._session, sid), (JournalError,))
         return records
     store.catalog.refresh()
