@@ -38,6 +38,7 @@ from .locks import FileLock
 from .log import KIND_CATALOG, Log, ScanState
 from .naming import dir_name
 from .record import CATALOG, frame
+from .rootcheck import mkdir_below
 from .types import SessionSummary
 
 CATALOG_DIR = "catalog"
@@ -119,8 +120,12 @@ class Catalog:
         log_dir = os.path.join(self.dir, "log")
         self.fresh = not os.path.isdir(log_dir)
         if self.fresh and not read_only:
-            os.makedirs(self.dir, exist_ok=True)
-            Log.create(log_dir, KIND_CATALOG)
+            made = mkdir_below(self.dir)
+            Log.create(log_dir, KIND_CATALOG)  # syncs log/ itself, not its entry
+            # Both entries durable before the catalog is relied on (FORMAT.md).
+            fsio.sync_dir(self.dir)
+            if made:
+                fsio.sync_dir(root)
         self._segment_bytes, self._read_cache = segment_bytes, read_cache
         self.log: Log | None = None
         if not self.fresh or not read_only:
@@ -223,9 +228,12 @@ class Catalog:
             for sid, summary in self.summaries.items()
         ]
         raw = _encode(CatalogSnapshot(self.covered, self.anchor[0], self.anchor[1], entries))
-        write_meta(os.path.join(self.dir, SNAPSHOT_FILE), KIND_CATALOG_SNAPSHOT, raw, durable=False)
-        self._snapshot_covered = self.covered
-        self._snapshot_size = len(raw)
+        path = os.path.join(self.dir, SNAPSHOT_FILE)
+        # A cache: one that cannot be written (a full disk) is left as it was and
+        # tried again once the log grows further; it never fails the append.
+        if write_meta(path, KIND_CATALOG_SNAPSHOT, raw, durable=False):
+            self._snapshot_covered = self.covered
+            self._snapshot_size = len(raw)
 
     # ------------------------------------------------------------------ reading
     def refresh(self, *, strict: bool = False) -> ScanState:
@@ -431,7 +439,16 @@ class Catalog:
                 ):
                     self._prepare_write()
                 start = self.log.writer_end
-                self.log.write(b"".join(frames))
+                try:
+                    self.log.write(b"".join(frames))
+                except JournalError:
+                    # A failed write may leave a torn tail, or a writer that could not
+                    # zero it again (unusable from then on): drop the writer, so that
+                    # the next append reads the log again, cuts what is torn under the
+                    # lock and opens a new one.
+                    with contextlib.suppress(JournalError, OSError):
+                        self.log.close_writer()
+                    raise
                 # Apply our own records instead of reading them back.
                 pos = start
                 for r, data in zip(records, frames, strict=True):
@@ -532,7 +549,8 @@ class ProcessRegistry:
 
     def __init__(self, root: str):
         self.dir = os.path.join(root, PROCS_DIR)
-        os.makedirs(self.dir, exist_ok=True)
+        if mkdir_below(self.dir):
+            fsio.sync_dir(root)  # its entry durable before a registration relies on it
         self._pid = os.getpid()
         self.path = os.path.join(self.dir, f"{self._pid}-{uuid.uuid4().hex[:12]}")
         self._lock = FileLock(self.path, "process registration")
@@ -682,7 +700,7 @@ def check_boot(catalog_dir: str, root: str) -> tuple[bool, str | None]:
     call for re-checking every session. Without a boot id (no
     /proc/sys/kernel/random/boot_id: not Linux) a reboot cannot be told from a
     restart, so every open counts as one: slower opens, but a power loss is never
-    mistaken for a clean restart.
+    mistaken for a clean restart. A missing BOOT counts as changed too.
     """
     boot = boot_id()
     current = machine_and_place(root, boot).strip()
@@ -691,7 +709,9 @@ def check_boot(catalog_dir: str, root: str) -> tuple[bool, str | None]:
             seen: str | None = f.read().strip()
     except FileNotFoundError:
         seen = None
-    changed = seen is not None and (seen != current or not boot)
+    # No BOOT beside a catalog: it was never made durable (it is written without a
+    # sync), so a power loss may have passed since: re-check, as after a reboot.
+    changed = seen != current or not boot
     return changed, None if seen == current else current
 
 

@@ -12,6 +12,7 @@ bare `OSError` reaches a caller.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import sys
@@ -398,29 +399,32 @@ def sync_all(data_files: Sequence[str], files: Sequence[str], dirs: Sequence[str
     start_sync(data_files, files, dirs, keep_one=True).wait()
 
 
-def write_file(path: str, data: bytes, *, durable: bool) -> None:
+def write_file(path: str, data: bytes, *, durable: bool, sync_content: bool = False) -> None:
     """Create or replace `path` with `data` atomically (temp file + rename).
 
     With `durable`, the temp file is fsynced before the rename and the directory
     after it, so the new content survives power loss. Caches pass
     `durable=False`: a torn cache is detected by its checksum and rebuilt.
+    `sync_content` without `durable` fsyncs the temp file but not the directory:
+    after a power loss `path` holds the old content or the new, never an
+    unsynced file that replaced a durable one (a rename can reach the disk
+    before the data it names).
     """
     directory = os.path.dirname(path) or "."
     tmp = f"{path}.tmp.{os.getpid()}.{id(data):x}"
     with _context("create", tmp):
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        pwrite(fd, data, 0, tmp)
-        if durable:
-            sync_file(fd, tmp)
-    finally:
-        os.close(fd)
-    try:
+        try:
+            pwrite(fd, data, 0, tmp)
+            if durable or sync_content:
+                sync_file(fd, tmp)
+        finally:
+            os.close(fd)
         replace(tmp, path)
     except BaseException:
-        with _context("cleanup", tmp):
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)  # nothing is left behind by a write that failed
         raise
     if durable:
         sync_dir(directory)

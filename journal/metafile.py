@@ -70,8 +70,30 @@ def read_meta(path: str, kind: int) -> bytes:
     return decode_meta(data, kind, path)
 
 
-def write_meta(path: str, kind: int, payload: bytes, *, durable: bool) -> None:
-    fsio.write_file(path, encode_meta(kind, payload), durable=durable)
+# Kinds that are caches: derived data, rebuilt from the logs when missing, stale
+# or torn. Writing one is never the caller's error (see `write_meta`).
+CACHE_KINDS = frozenset({KIND_SNAPSHOT, KIND_CATALOG_SNAPSHOT})
+
+
+def write_meta(
+    path: str, kind: int, payload: bytes, *, durable: bool, sync_content: bool = False
+) -> bool:
+    """Write a whole-file record atomically (see `fsio.write_file`); True if written.
+
+    A cache (`CACHE_KINDS`) that cannot be written (a full disk, an I/O error) is
+    left as it was and False returned: it runs after a commit point, whose call
+    must not fail for it, and the next open rebuilds what it lacks. Any other
+    kind's failure raises `StorageError`.
+    """
+    data = encode_meta(kind, payload)
+    if kind in CACHE_KINDS:
+        try:
+            fsio.write_file(path, data, durable=durable, sync_content=sync_content)
+        except (StorageError, OSError):
+            return False
+        return True
+    fsio.write_file(path, data, durable=durable, sync_content=sync_content)
+    return True
 
 
 def exists(path: str) -> bool:

@@ -40,6 +40,7 @@ from typing import TypeVar
 from . import fsio
 from .errors import JournalError
 from .locks import FileLock
+from .rootcheck import RootGuard
 from .session import LOCK_FILE, Session, SessionIdentity
 
 T = TypeVar("T")
@@ -122,8 +123,11 @@ class Spare:
 class SparePool:
     """This store's spare session directories (its own; other processes keep theirs)."""
 
-    def __init__(self, tmp_dir: str, *, target: int = 2) -> None:
+    def __init__(self, tmp_dir: str, *, target: int = 2, guard: RootGuard | None = None) -> None:
         self.tmp_dir = tmp_dir
+        # Spares are built by path (parents and all): only in the root the store
+        # opened, never in a directory put at its path since (see `RootGuard`).
+        self.guard = guard
         self.target = target
         self._ready: list[Spare] = []
         self._lock = threading.Lock()
@@ -145,6 +149,8 @@ class SparePool:
         """A ready spare directory (now the caller's, descriptors and all), or None."""
         if os.getpid() != self._pid:
             return None  # a forked child: these spares are its parent's to use
+        if self.guard is not None and not self.guard.is_same():
+            return None  # built in a root that is no longer at its path
         while True:
             with self._lock:
                 if not self._ready:
@@ -223,6 +229,8 @@ class SparePool:
                 if self._closed or len(self._ready) >= self.target:
                     return
             path = os.path.join(self.tmp_dir, f"{SPARE_PREFIX}{uuid.uuid4().hex}")
+            if self.guard is not None and not self.guard.is_same():
+                return
             try:
                 Session.build_spare(path)
                 spare = Spare.open(path)

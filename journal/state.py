@@ -2,9 +2,19 @@
 
 Each value is one small file, `state/<scope>/<key>`, replaced atomically (temp
 file, fsync, rename, directory fsync), so a reader sees the old or the new value
-and a crash never leaves half of one. Directory names come from `naming` and
-the file stores the exact scope and key, checked on read. State whose scope
-equals a session id is removed with that session (see `delete_sessions`).
+and a crash never leaves half of one. In "os" durability the directory syncs are
+skipped but the temp file is still fsynced before the rename: a rename may reach
+the disk before unsynced data, and an unsynced file renamed over a durable value
+would turn it into an unreadable one after a power loss. So after a power loss a
+value is old or new (or absent if it never was durable), never unreadable; an
+os-mode save_state costs one file sync, not three syncs.
+
+A scope directory's entry in `state/` is made durable before the first value
+this process acknowledges in it, whoever created the directory (a writer killed
+between its mkdir and its sync of `state/` leaves it unsynced otherwise).
+Directory names come from `naming` and the file stores the exact scope and key,
+checked on read. State whose scope equals a session id is removed with that
+session (see `delete_sessions`).
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from . import fsio
 from .errors import CorruptionError, JournalError, StorageError
 from .metafile import KIND_STATE, read_meta, write_meta
 from .naming import dir_name
+from .rootcheck import RootGuard
 
 STATE_DIR = "state"
 
@@ -33,9 +44,13 @@ _encode = msgspec.msgpack.Encoder().encode
 
 
 class StateStore:
-    def __init__(self, root: str, *, durable: bool):
+    def __init__(self, root: str, *, durable: bool, guard: RootGuard | None = None):
         self.dir = os.path.join(root, STATE_DIR)
         self.durable = durable
+        self.guard = guard if guard is not None else RootGuard(root)
+        # Scope directory names whose entry in state/ this process made durable
+        # (or, in "os" mode, found present): no sync for them again.
+        self._confirmed: set[str] = set()
 
     def scope_dir(self, scope: str) -> str:
         return os.path.join(self.dir, dir_name(scope))
@@ -58,18 +73,38 @@ class StateStore:
         return item.value
 
     def save(self, scope: str, key: str, value: Any) -> None:
-        directory = self.scope_dir(scope)
-        if not os.path.isdir(directory):
-            try:
-                os.makedirs(directory, exist_ok=True)
-            except OSError as exc:
-                raise StorageError(f"cannot create {directory}: {exc.strerror}") from exc
-            if self.durable:
-                fsio.sync_dir(self.dir)
+        name = dir_name(scope)
+        directory = os.path.join(self.dir, name)
+        if name not in self._confirmed:
+            self._confirm_scope_dir(name, directory)
         payload = _encode(StateValue(scope, key, value))
-        write_meta(
-            os.path.join(directory, dir_name(key)), KIND_STATE, payload, durable=self.durable
-        )
+        path = os.path.join(directory, dir_name(key))
+        try:
+            write_meta(path, KIND_STATE, payload, durable=self.durable, sync_content=True)
+        except StorageError:
+            if name not in self._confirmed or os.path.isdir(directory):
+                raise
+            # Moved away since this process confirmed it (a delete of the session
+            # the scope is named after, maybe by another process): create it again.
+            self._confirmed.discard(name)
+            self._confirm_scope_dir(name, directory)
+            write_meta(path, KIND_STATE, payload, durable=self.durable, sync_content=True)
+
+    def _confirm_scope_dir(self, name: str, directory: str) -> None:
+        """Create the scope directory if needed (below an existing `state/` of the
+        root this store opened) and make its entry durable (a durable store)."""
+        what = "save_state"
+        if os.path.isdir(directory):
+            self.guard.check(what)  # found, but maybe in another directory's tree
+        else:
+            self.guard.mkdir(directory, what)
+        if self.durable:
+            fsio.sync_dir(self.dir)
+        self._confirmed.add(name)
+
+    def forget_scopes(self, names: list[str]) -> None:
+        """Scope directories moved away (a delete): the next save confirms them again."""
+        self._confirmed.difference_update(names)
 
     def scopes_present(self, scopes: list[str]) -> list[str]:
         """Scope directory names (of `scopes`) that exist."""

@@ -25,7 +25,7 @@ from typing import Any, Generic, Literal, TypeVar, cast
 
 import msgspec
 
-from . import dictionary, fsio, validate
+from . import dictionary, fsio, storecreate, validate
 from .cache import ReadCache
 from .catalog import (
     OP_DELETE,
@@ -53,8 +53,9 @@ from .errors import (
 from .index import KIND_EXECUTIONS
 from .locks import FileLock
 from .log import SEGMENT_HEADER_SIZE
-from .metafile import KIND_MANIFEST, read_meta, write_meta
+from .metafile import KIND_MANIFEST, read_meta
 from .naming import dir_name
+from .rootcheck import RootGuard
 from .session import LOCK_FILE, Session, SessionGone, SessionIdentity, SessionOptions
 from .spares import Spare, SparePool, at_low_priority
 from .state import StateStore
@@ -228,10 +229,10 @@ class Store:
         self._lock = threading.Lock()
         self._closed = False
         self._open_root(create)
-        self.state = StateStore(self.root, durable=self.options.durable)
+        self.state = StateStore(self.root, durable=self.options.durable, guard=self.guard)
         self.tree = Tree(self.root, lock_timeout)
         self.registry = ProcessRegistry(self.root)
-        self.spares = SparePool(os.path.join(self.root, TMP_DIR))
+        self.spares = SparePool(os.path.join(self.root, TMP_DIR), guard=self.guard)
         self.catalog = self._open_catalog()
         self._last_reconcile = 0.0
         # Directory names of sessions whose commit is durable but whose catalog
@@ -250,34 +251,17 @@ class Store:
         except FileNotFoundError:
             if not create:
                 raise NotFoundError(f"no journal store at {self.root}") from None
-            if os.path.isdir(self.root) and os.listdir(self.root):
-                raise InvalidInputError(
-                    f"{self.root} is not empty and is not a journal store (no {MANIFEST_FILE})"
-                ) from None
-            self._create_root(manifest)
+            payload = msgspec.msgpack.encode(Manifest(STORE_FORMAT, int(time.time())))
+            storecreate.create_or_finish(self.root, MANIFEST_FILE, payload)
+            self.guard = RootGuard(self.root)
             return
         info = msgspec.msgpack.decode(raw, type=Manifest)
         if info.format != STORE_FORMAT:
             raise FormatVersionError(
                 f"store {self.root} has format {info.format}; this version reads {STORE_FORMAT}"
             )
-        for sub in (SESSIONS_DIR, TMP_DIR, "state"):
-            os.makedirs(os.path.join(self.root, sub), exist_ok=True)
-
-    def _create_root(self, manifest: str) -> None:
-
-        try:
-            os.makedirs(self.root, exist_ok=True)
-            for sub in (SESSIONS_DIR, TMP_DIR, "state"):
-                os.makedirs(os.path.join(self.root, sub), exist_ok=True)
-        except OSError as exc:
-            raise StorageError(f"cannot create store at {self.root}: {exc.strerror}") from exc
-        fsio.sync_dir(self.root)
-        payload = msgspec.msgpack.encode(Manifest(STORE_FORMAT, int(time.time())))
-        write_meta(manifest, KIND_MANIFEST, payload, durable=True)
-        parent = os.path.dirname(self.root)
-        if parent:
-            fsio.sync_dir(parent)
+        self.guard = RootGuard(self.root)
+        storecreate.ensure_dirs(self.root)
 
     def session_dir(self, session_id: str) -> str:
         return os.path.join(self.root, SESSIONS_DIR, dir_name(session_id))
@@ -768,6 +752,8 @@ class Store:
     def _build_session_dir(self, identity: SessionIdentity) -> str:
         """A new session's private directory built on the spot (no spare), unsynced."""
         tmp = os.path.join(self.root, TMP_DIR, f"new-{uuid.uuid4().hex}")
+        # Built by path (its parents too): only in the root this store opened.
+        self.guard.check(f"session {identity.session_id!r}")
         try:
             Session.build(tmp, identity)
         except BaseException:
@@ -1242,12 +1228,12 @@ class Store:
             ]
         try:
             self.catalog.append(records)
-        except BaseException:
-            # The commit is written (and made durable before the call raises): the
-            # call fails, but the listing must not stay behind it (nor a retry be
-            # needed, which the sequence rule would refuse).
+        except (JournalError, OSError):
+            # The catalog is a cache of the logs: the commit is made, and one that
+            # cannot be listed yet is never the caller's error (a retry would be
+            # refused by the sequence rule). The entry is re-derived from the log
+            # before the next listing, or by the next open.
             self._keep_for_later([dir_name(session_id)])
-            raise
 
     def _catalog_forget(self, session_ids: Sequence[str]) -> None:
         """A delete's catalog records: appended once the directories are in the trash
@@ -1676,8 +1662,8 @@ class Store:
     @_guard
     def flush(self) -> None:
         """Write every open session's caches (indexes, snapshot). Never needed for safety."""
-        if self.read_only:
-            return
+        if self.read_only or not self.guard.is_same():
+            return  # caches are written by path: never into another directory's tree
         with self._lock:
             sessions = list(self._sessions.items())
             for sid, sess in sessions:
@@ -1688,7 +1674,7 @@ class Store:
             try:
                 with sess.writing():
                     sess.flush_caches()
-            except JournalError:
+            except (JournalError, OSError):
                 continue  # a cache we cannot write now is rebuilt later
 
     def close(self) -> None:

@@ -38,6 +38,7 @@ from . import fsio
 from .errors import JournalError
 from .locks import FileLock
 from .metafile import KIND_INTENT, read_meta, write_meta
+from .rootcheck import mkdir_below
 
 TXN_DIR = "txn"
 TRASH_DIR = "trash"
@@ -61,8 +62,9 @@ class Tree:
         self.root = root
         self.txn = os.path.join(root, TXN_DIR)
         self.trash = os.path.join(root, TRASH_DIR)
-        os.makedirs(self.txn, exist_ok=True)
-        os.makedirs(self.trash, exist_ok=True)
+        made = [mkdir_below(d) for d in (self.txn, self.trash)]
+        if any(made):
+            fsio.sync_dir(root)  # their entries durable before an intent relies on them
         self.lock = FileLock(os.path.join(root, TREE_LOCK), "the session tree")
         self.lock_timeout = lock_timeout
         # flock is per open file, not per thread: an RLock + depth make nesting safe

@@ -444,20 +444,54 @@ def _check_stats(stats: ExecutionStats, where: str) -> None:
 
 
 def _check_loose_json(cp: Checkpoint, context_start: int) -> None:
-    # The common case in two fast walks (every field but the context, Structs
-    # allowed; the context, not): one walk per field cost more than the walking.
-    # Nesting them in a list only makes the fast check stricter on depth; anything
-    # it does not accept certainly is checked precisely below.
+    # Plain JSON everywhere but in the typed fields (`_TYPED_FIELDS`: Structs of
+    # the checkpoint's own types, checked by their own validators and walked here
+    # for their strings), Structs allowed only there. A Struct inside a loose-JSON
+    # field (metadata, pending_tools, a queued message's payload, ...) would come
+    # back as a dict. The common case in two fast walks; anything they do not
+    # accept is checked precisely below, naming the path.
     fields = msgspec.structs.astuple(cp)
-    others = [v for i, v in enumerate(fields) if i != _CONTEXT_INDEX]
-    if _plain_json(others, True) and _plain_json(cp.context[max(context_start, 0) :], False):
+    typed = [fields[i] for i in _TYPED_INDEXES]
+    loose = [fields[i] for i in _LOOSE_INDEXES]
+    messages = [
+        _astuple(m) if type(m) is QueuedMessage else m for m in fields[_MESSAGES_INDEX]
+    ]
+    if (
+        _plain_json(typed, True)
+        and _plain_json([loose, messages], False)
+        and _plain_json(cp.context[max(context_start, 0) :], False)
+    ):
         return
     for name in cp.__struct_fields__:
+        value = getattr(cp, name)
         if name == "context":
             for index in range(max(context_start, 0), len(cp.context)):
                 check_json_value(cp.context[index], f"checkpoint.context[{index}]")
+        elif name == "pending_messages":
+            for index, message in enumerate(value):
+                where = f"checkpoint.pending_messages[{index}]"
+                if not isinstance(message, QueuedMessage):
+                    continue  # refused as such by _check_pending_messages
+                for field in message.__struct_fields__:
+                    check_json_value(getattr(message, field), f"{where}.{field}")
+        elif name in _TYPED_FIELDS:
+            _walk_json(value, f"checkpoint.{name}", allow_structs=True)
         else:
-            _walk_json(getattr(cp, name), f"checkpoint.{name}", allow_structs=True)
+            check_json_value(value, f"checkpoint.{name}")
+
+
+# Fields of a Checkpoint whose values are Structs of its own types (the rest,
+# but the context and the queued messages, are loose JSON or plain scalars).
+_TYPED_FIELDS = frozenset({"session_context", "total_usage", "last_usage", "execution_stats"})
+_TYPED_INDEXES = [
+    i for i, name in enumerate(Checkpoint.__struct_fields__) if name in _TYPED_FIELDS
+]
+_MESSAGES_INDEX = Checkpoint.__struct_fields__.index("pending_messages")
+_LOOSE_INDEXES = [
+    i
+    for i, name in enumerate(Checkpoint.__struct_fields__)
+    if name not in _TYPED_FIELDS and name not in ("context", "pending_messages")
+]
 
 
 _CONTEXT_INDEX = Checkpoint.__struct_fields__.index("context")

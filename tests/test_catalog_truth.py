@@ -182,11 +182,12 @@ def _sequences(store: journal.Store) -> dict[str, int]:
 def test_a_failed_catalog_append_after_a_durable_commit_is_made_good(
     tmp_path: Path, recovers: str
 ) -> None:
-    """A save whose catalog append fails raises, yet its commit is durable (for a
-    first save: the session is published), and a retry of the same save is refused
-    (the sequence did not advance). The listing must not stay behind: the next
-    listing re-derives the entries, or, if the catalog still fails until close, the
-    next open does (found by review: nothing ever listed the session again)."""
+    """A save whose catalog append fails returns (the catalog is a cache): its
+    commit is durable (for a first save: the session is published), and a retry of
+    the same save is refused (the sequence did not advance). The listing must not
+    stay behind: the next listing re-derives the entries, or, if the catalog still
+    fails until close, the next open does (found by review: nothing ever listed the
+    session again)."""
     root = tmp_path / "s"
     store = journal.open(root)
     store.save(Checkpoint.empty("x", owner_id="o"))
@@ -196,12 +197,10 @@ def test_a_failed_catalog_append_after_a_durable_commit_is_made_good(
         raise journal.StorageError("injected: catalog append failed")
 
     store.catalog.append = failing  # type: ignore[method-assign]
-    with pytest.raises(journal.StorageError):
-        store.save(Checkpoint.empty("y", owner_id="o"))
+    store.save(Checkpoint.empty("y", owner_id="o"))
     x1 = Checkpoint.empty("x", owner_id="o")
     x1.sequence = 1
-    with pytest.raises(journal.StorageError):
-        store.save(x1)
+    store.save(x1)
     assert store.load("y") is not None  # it exists, durably
     with pytest.raises(journal.ContractViolationError):
         store.save(Checkpoint.empty("y", owner_id="o"))  # the caller cannot redo it
@@ -532,8 +531,8 @@ def test_listings_still_answer_while_the_catalog_cannot_be_written(tmp_path: Pat
     store.fork("p", 0, Checkpoint.empty("kid", owner_id="o"))
     try:
         with _catalog_lock_held_elsewhere(root):
-            with pytest.raises(journal.LockTimeoutError):
-                store.save(Checkpoint.empty("y", owner_id="o"))  # committed, append failed
+            # Committed; its catalog append timed out: the save returns all the same.
+            store.save(Checkpoint.empty("y", owner_id="o"))
             errors = []
             for name, call in [
                 ("list_sessions_page", lambda: _listed(store)),
@@ -605,8 +604,7 @@ def test_an_open_succeeds_while_the_catalog_is_busy_with_a_kept_registration(
     store = journal.open(root, lock_timeout=0.3)
     store.save(Checkpoint.empty("p", owner_id="o"))
     with _catalog_lock_held_elsewhere(root):
-        with pytest.raises(journal.LockTimeoutError):
-            store.save(Checkpoint.empty("y", owner_id="o"))
+        store.save(Checkpoint.empty("y", owner_id="o"))  # its catalog append timed out
         store.close()
         assert os.listdir(root / "procs")
         try:
