@@ -24,7 +24,7 @@ from .cli_common import (
     size,
 )
 from .cli_read import Add
-from .errors import LockTimeoutError, NotFoundError
+from .errors import CorruptionError, LockTimeoutError, NotFoundError
 from .locks import FileLock
 from .naming import dir_name
 from .store import Store
@@ -241,8 +241,11 @@ def cmd_compact(args: argparse.Namespace, out: Output) -> int:
         directory = store.session_dir(args.session)
     damage = session_damage(directory)
     if damage is not None:
-        out.mark_damaged(args.session, damage)
-        raise UsageError(f"compact refuses a damaged session: {damage}")
+        refused = CorruptionError(
+            f"session {args.session!r} is damaged, and compact rewrites only whole logs: {damage}"
+        )
+        refused.path, refused.offset = damage.path, damage.offset
+        raise refused
     report = compact_session(
         directory, args.session, keep=args.keep, dry_run=args.dry_run, progress=progress
     )
