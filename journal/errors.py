@@ -45,6 +45,7 @@ class CorruptionError(JournalError):
         if path is not None:
             where = f" (file {path}" + (f", offset {offset}" if offset is not None else "") + ")"
         super().__init__(message + where)
+        self.message = message  # what is wrong, without where
         self.path = path
         self.offset = offset
 

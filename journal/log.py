@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import struct
 import threading
 import time
@@ -41,7 +40,6 @@ from .record import (
     FLAG_ZSTD,
     HEADER,
     HEADER_SIZE,
-    KNOWN_FLAGS,
     OK,
     SEAL,
     SHORT,
@@ -49,6 +47,7 @@ from .record import (
     Record,
     frame,
     frame_at,
+    next_frame,
     open_payload,
     parse_at,
 )
@@ -79,10 +78,6 @@ _COMPRESSED = FLAG_ZSTD | FLAG_DICT
 _DICT_FLAGS = (FLAG_ZSTD | FLAG_DICT, FLAG_ZSTD | FLAG_DICT | FLAG_COMMIT)
 _PREALLOC_MIN = 64 << 10
 _PREALLOC_MAX = 4 << 20
-# Where a record header could start: a known type byte (1..10) then known flags (0..3,
-# or 5 and 7: the dictionary bit comes with the zstd bit).
-_CANDIDATE = re.compile(rb"(?=.{8}[\x01-\x0a][\x00-\x03\x05\x07])", re.DOTALL)
-assert set(TYPE_NAMES) == set(range(1, 11)) and KNOWN_FLAGS == 0x07
 
 
 def segment_name(base: int) -> str:
@@ -769,7 +764,7 @@ class Log:
         data = _pread(fd, max(0, stop - off), off, seg.path)
         if not data.strip(b"\0"):
             return False
-        return any(parse_at(data, m.start())[0] == OK for m in _CANDIDATE.finditer(data))
+        return next_frame(data, 0) is not None
 
     def _written_since(self, fd: int, seg: Segment, pos: int, seen: bytes) -> bool:
         """Do the bytes at `pos` differ from what a scan saw there a moment ago?"""

@@ -15,6 +15,7 @@ commit: readers and recovery accept them together or not at all.
 
 from __future__ import annotations
 
+import re
 import struct
 import threading
 import zlib
@@ -228,3 +229,18 @@ def parse_at(buf: bytes | memoryview, off: int) -> tuple[int, int, int, int, int
     if zlib.crc32(buf[off + 4 : end]) != crc:
         return BAD, rtype, flags, start, end
     return OK, rtype, flags, start, end
+
+
+# Where a record header could start: a known type byte (1..10) then known flags (0..3,
+# or 5 and 7: the dictionary bit comes with the zstd bit).
+_CANDIDATE = re.compile(rb"(?=.{8}[\x01-\x0a][\x00-\x03\x05\x07])", re.DOTALL)
+assert set(TYPE_NAMES) == set(range(1, 11)) and KNOWN_FLAGS == 0x07
+
+
+def next_frame(buf: bytes | memoryview, start: int) -> int | None:
+    """The first offset at or after `start` where a valid record frame starts (None:
+    nowhere). What salvage and recovery use to look past damage."""
+    for m in _CANDIDATE.finditer(buf, start):
+        if parse_at(buf, m.start())[0] == OK:
+            return m.start()
+    return None

@@ -98,6 +98,11 @@ IDENTITY_FILE = "SESSION"
 LOCK_FILE = "LOCK"
 SNAPSHOT_FILE = "snapshot"
 LOG_DIR = "log"
+# The LOSS record that `journal repair --accept-loss` is writing, until it is done
+# (FORMAT.md section 5): while it exists, the session refuses writes.
+LOSS_PENDING_FILE = "loss.pending"
+# Where `journal repair` keeps the bytes it cuts.
+CUT_DIR = "repair"
 FORMAT_VERSION = 1
 # A spare's files are laid out at these sizes, zero-filled and synced (`build_spare`):
 # the first commit and the identity then overwrite allocated space, and their syncs
@@ -348,6 +353,16 @@ class Session:
             self._recovered = True  # an empty log we laid out: nothing to read or recover
             return
         self._open_caches()
+        pending = os.path.join(directory, LOSS_PENDING_FILE)
+        if self.damage is None and os.path.exists(pending):
+            # `journal repair --accept-loss` stopped half way: the log may be cut
+            # already while the caches that proved the loss are not gone yet.
+            self.damage = CorruptionError(
+                f"session {session_id!r}: accepting a loss did not finish;"
+                " run `journal repair --accept-loss` again",
+                path=pending,
+            )
+            self.damage_end = self.head.covered
         if self.head.commits == 0 and self.damage is None:
             # Every session is published with its first commit durable already
             # (`Store._stage`): without one, it is a creation that a power loss cut

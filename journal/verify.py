@@ -10,8 +10,9 @@ snapshot) say the cache will be rebuilt, since caches are never trusted blindly.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -19,27 +20,42 @@ from . import dictionary, payloads
 from .errors import CorruptionError, FormatVersionError, JournalError
 from .index import (
     INDEX_FILES,
+    INDEX_HEADER_SIZE,
     KIND_EVENTS,
     REMOVED,
     Index,
+    read_evidence,
 )
 from .log import KIND_SESSION, Log, ScanState
 from .metafile import KIND_IDENTITY, KIND_SNAPSHOT, KIND_STATE, read_meta
 from .naming import dir_name
-from .record import CHECKPOINT, DICT, EVENT, PAD, TYPE_NAMES
+from .payloads import LossPayload
+from .record import CHECKPOINT, DICT, EVENT, LOSS, PAD, SEAL, TYPE_NAMES
 from .session import (
     _INDEX_OF,
     IDENTITY_FILE,
     LOG_DIR,
+    LOSS_PENDING_FILE,
     SNAPSHOT_FILE,
     Head,
     SessionIdentity,
     compacted_stub,
 )
 
-SEVERITY_DATA = "data"  # the log or an identity/state file is damaged
-SEVERITY_CACHE = "cache"  # a derived file disagrees with the log (rebuilt automatically)
-SEVERITY_TAIL = "tail"  # an unfinished final commit (dropped on the next write)
+SEVERITY_DATA = "data"  # the log or an identity/state file is damaged, or data was lost
+SEVERITY_CACHE = "cache"  # a derived file disagrees with the log (the next open rebuilds it)
+SEVERITY_TAIL = "tail"  # an unfinished final commit (the next writer drops it)
+SEVERITY_NOTE = "loss"  # a loss accepted earlier (`journal repair --accept-loss`): not damage
+
+_ADVICE = {
+    SEVERITY_DATA: "`journal salvage {sid} --to NEW_ID` copies what is readable;"
+    " `journal repair {sid} --accept-loss` cuts the damage and keeps the session",
+    SEVERITY_CACHE: "nothing to do: a cache, which the next writable open rebuilds"
+    " (`journal repair {sid}` rebuilds it now)",
+    SEVERITY_TAIL: "nothing to do: the next writer finishes it"
+    " (`journal repair {sid}` does it now)",
+    SEVERITY_NOTE: "nothing to do: recorded by `journal repair --accept-loss`",
+}
 
 
 @dataclass(frozen=True)
@@ -50,10 +66,16 @@ class Finding:
     offset: int | None
     message: str
 
+    @property
+    def advice(self) -> str:
+        """The command that addresses this finding."""
+        sid = self.session if self.session is not None else "SESSION"
+        return _ADVICE[self.severity].format(sid=sid)
+
     def __str__(self) -> str:
-        where = self.path + (f":{self.offset}" if self.offset is not None else "")
-        who = f" session {self.session!r}" if self.session is not None else ""
-        return f"{self.severity}: {where}{who}: {self.message}"
+        where = self.path + (f" at offset {self.offset}" if self.offset is not None else "")
+        who = f"session {self.session!r}: " if self.session is not None else ""
+        return f"{self.severity}: {who}{self.message} ({where})"
 
 
 @dataclass
@@ -65,6 +87,7 @@ class SessionReport:
     checkpoints: int = 0
     last_checkpoint: int = -1
     log_bytes: int = 0
+    losses: list[LossPayload] = field(default_factory=list)  # accepted losses, oldest first
 
 
 _IDX_OF = _INDEX_OF  # record type -> index kind, as the session applies it
@@ -107,10 +130,77 @@ def verify_session_dir(directory: str) -> tuple[SessionReport, list[Finding]]:
         expected = _scan(log, sid, report, findings)
     finally:
         log.close()
-    if expected is not None:
-        findings.extend(_check_indexes(directory, sid, expected))
-        findings.extend(_check_snapshot(directory, sid, report, log))
+    pending = os.path.join(directory, LOSS_PENDING_FILE)
+    if os.path.exists(pending):
+        findings.append(
+            Finding(
+                SEVERITY_DATA,
+                sid,
+                pending,
+                None,
+                "accepting a loss did not finish: run `journal repair --accept-loss` again",
+            )
+        )
+    if expected is not None and not any(f.severity == SEVERITY_DATA for f in findings):
+        lost = _lost_by_evidence(directory, sid, report)
+        if lost is not None:
+            findings.append(lost)  # the caches are the evidence, not faults of their own
+        else:
+            findings.extend(_check_indexes(directory, sid, expected))
+            findings.extend(_check_snapshot(directory, sid, report, log))
+    for note in report.losses:
+        findings.append(Finding(SEVERITY_NOTE, sid, log.dir, None, describe_loss(note)))
     return report, findings
+
+
+def describe_loss(note: LossPayload) -> str:
+    """One line about an accepted loss: what went, and where the cut bytes are kept."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(note.accepted_at))
+    events = (
+        f"events {note.events_kept + 1}..{note.events_through}"
+        if note.events_through > note.events_kept
+        else "no events"
+    )
+    cps = (
+        f"checkpoints after {note.checkpoint_kept} up to {note.checkpoints_through}"
+        if note.checkpoints_through > note.checkpoint_kept
+        else "no checkpoints"
+    )
+    kept = ", ".join(r.kept_as for r in note.ranges) or "nothing was left to keep"
+    return (
+        f"loss accepted {when} at log position {note.cut_at}: {events} and {cps} were"
+        f" lost ({note.reason}); cut bytes kept in {kept}"
+    )
+
+
+def _lost_by_evidence(directory: str, sid: str | None, report: SessionReport) -> Finding | None:
+    """A cache that records a durable position the log no longer reaches proves a loss."""
+    claims: list[tuple[int, str]] = []
+    for kind, name in INDEX_FILES.items():
+        evidence = read_evidence(os.path.join(directory, name), kind)
+        if evidence is not None:
+            claims.append((evidence.durable, name))
+    path = os.path.join(directory, SNAPSHOT_FILE)
+    try:
+        head = msgspec.msgpack.decode(read_meta(path, KIND_SNAPSHOT), type=Head)
+        if head.durable <= head.covered:
+            claims.append((head.durable, SNAPSHOT_FILE))
+    except (JournalError, msgspec.DecodeError, OSError):
+        pass
+    if not claims:
+        return None
+    durable, name = max(claims)
+    if durable <= report.log_bytes:
+        return None
+    return Finding(
+        SEVERITY_DATA,
+        sid,
+        os.path.join(directory, LOG_DIR),
+        None,
+        f"committed data is missing: the log ends at position {report.log_bytes}, but"
+        f" {name} records it durable up to position {durable} (a segment removed or"
+        " truncated)",
+    )
 
 
 def _scan(
@@ -128,8 +218,8 @@ def _scan(
         for commit in log.committed(0, state, strict=True):
             report.commits += 1
             for rec in commit:
-                if rec.rtype == PAD:
-                    continue  # filler left by compact
+                if rec.rtype in (PAD, SEAL):
+                    continue  # filler left by compact; the end of a sealed segment
                 if rec.rtype == DICT and not dictionary.well_placed(commit):
                     findings.append(_at(log, sid, rec.pos, dictionary.MISPLACED))
                 decoder = _DECODERS.get(rec.rtype)
@@ -155,6 +245,13 @@ def _scan(
                             f"{TYPE_NAMES[rec.rtype]} payload does not decode: {exc}",
                         )
                     )
+                    continue
+                if rec.rtype == LOSS:
+                    report.losses.append(p)
+                    for seq in range(counter + 1, p.events_through + 1):
+                        expected[KIND_EVENTS].append((seq, rec.pos, rec.size, REMOVED))
+                    counter = max(counter, p.events_through)
+                    last_cp = max(last_cp, p.checkpoints_through)
                     continue
                 kind = _IDX_OF.get(rec.rtype)
                 if kind is None:
@@ -210,7 +307,7 @@ def _scan(
                     report.checkpoints += 1
                 expected[kind].append((p.sequence, rec.pos, rec.size, flags))
     except CorruptionError as exc:
-        findings.append(Finding(SEVERITY_DATA, sid, exc.path or log.label, exc.offset, _msg(exc)))
+        findings.append(Finding(SEVERITY_DATA, sid, exc.path or log.dir, exc.offset, _msg(exc)))
         return None
     except (JournalError, OSError) as exc:
         findings.append(_finding(exc, sid, log.label))
@@ -220,6 +317,16 @@ def _scan(
     report.log_bytes = state.end
     if state.tail == "corrupt":
         findings.append(Finding(SEVERITY_DATA, sid, state.path, state.file_offset, state.detail))
+    elif state.tail == "unsealed":
+        findings.append(
+            Finding(
+                SEVERITY_TAIL,
+                sid,
+                state.path,
+                state.file_offset,
+                f"a segment roll that did not finish ({state.detail}); nothing was lost",
+            )
+        )
     elif state.tail == "torn":
         findings.append(
             Finding(
@@ -227,7 +334,7 @@ def _scan(
                 sid,
                 state.path,
                 state.file_offset,
-                f"unfinished final commit ({state.detail}); the next writer drops it",
+                f"unfinished final commit ({state.detail})",
             )
         )
     return expected
@@ -243,9 +350,7 @@ def _check_indexes(
         idx = Index(directory, kind)
         try:
             if not idx.load():
-                yield Finding(
-                    SEVERITY_CACHE, sid, path, 0, "index header is damaged (rebuilt on next open)"
-                )
+                yield Finding(SEVERITY_CACHE, sid, path, 0, "index header is damaged")
                 continue
             want = expected[kind]
             if idx.flushed > len(want):
@@ -274,8 +379,8 @@ def _check_indexes(
                         SEVERITY_CACHE,
                         sid,
                         path,
-                        48 + i * entry,
-                        f"index entry {i} disagrees with the log (rebuilt on next use)",
+                        INDEX_HEADER_SIZE + i * entry,
+                        f"index entry {i} disagrees with the log",
                     )
                     break
         except Exception as exc:  # any failure reading a cache is a finding, never a crash
@@ -298,7 +403,7 @@ def _check_snapshot(
             sid,
             path,
             getattr(exc, "offset", None),
-            f"snapshot unreadable ({_msg(exc)}); rebuilt from the log",
+            f"snapshot unreadable ({_msg(exc)})",
         )
         return
     if head.covered > report.log_bytes:
@@ -307,8 +412,8 @@ def _check_snapshot(
             sid,
             path,
             None,
-            f"snapshot covers position {head.covered} beyond the log's"
-            f" {report.log_bytes}; rebuilt from the log",
+            f"snapshot covers position {head.covered} beyond the log's end at"
+            f" {report.log_bytes}",
         )
         return
     in_log = log.dictionary.pos if log.dictionary is not None else -1
@@ -319,8 +424,7 @@ def _check_snapshot(
             path,
             None,
             f"snapshot names a dictionary record at position {head.dict_pos}, the log has"
-            f" {'none' if in_log < 0 else f'one at {in_log}'}; remove the snapshot (a cache)"
-            " and the next open rebuilds it from the log",
+            f" {'none' if in_log < 0 else f'one at {in_log}'}",
         )
 
 
@@ -378,11 +482,15 @@ def _file_offset(log: Log, pos: int) -> int:
 
 
 def _msg(exc: BaseException) -> str:
-    text = str(exc)
+    """What went wrong, without where (a finding names the file and offset itself)
+    and without the session's name (the finding names it once)."""
+    text = exc.message if isinstance(exc, CorruptionError) else str(exc)
+    while text.startswith("session '") and "': " in text:
+        text = text.split("': ", 1)[1]
     return text
 
 
 def _finding(exc: BaseException, sid: str | None, path: str) -> Finding:
     if isinstance(exc, CorruptionError):
-        return Finding(SEVERITY_DATA, sid, exc.path or path, exc.offset, str(exc))
-    return Finding(SEVERITY_DATA, sid, path, None, str(exc))
+        return Finding(SEVERITY_DATA, sid, exc.path or path, exc.offset, _msg(exc))
+    return Finding(SEVERITY_DATA, sid, path, None, _msg(exc))

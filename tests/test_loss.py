@@ -204,3 +204,91 @@ def test_interrupted_roll_is_finished_not_reported(tmp_path: Any) -> None:
         store.close()
     assert Path(sealed).read_bytes().endswith(SEAL_RECORD)
     assert last > have[-1]
+
+
+# ------------------------------------------------------------------ accepting a loss
+def test_accept_loss_continues_numbering_after_everything_handed_out(
+    copy: tuple[str, int],
+) -> None:
+    from journal.loss import accept_loss, loss_notes
+
+    root, last = copy
+    store = journal.open(root, segment_bytes=SEGMENT_BYTES)
+    try:
+        last_cp = store.load(SID).sequence
+    finally:
+        store.close()
+    newest = segments(root)[-1]
+    lost_bytes = Path(newest).read_bytes()
+    os.unlink(newest)
+    report = accept_loss(session_dir(root), SID)
+    assert not report.refused
+    assert report.payload is not None
+    assert report.payload.events_through == last
+    assert report.payload.checkpoints_through == last_cp
+    assert report.payload.events_kept < last
+    # every cut byte is kept: here the whole newest segment was gone already, and the
+    # seal that named it is what was cut
+    assert report.kept
+    assert all(os.path.exists(os.path.join(session_dir(root), k)) for k in report.kept)
+    notes = loss_notes(session_dir(root))
+    assert len(notes) == 1 and notes[0].events_through == last
+    store = journal.open(root, segment_bytes=SEGMENT_BYTES)
+    try:
+        ev = store.append_event(SID, 1, warning("after the loss").event)
+        assert ev.sequence == last + 1  # never a sequence handed out before
+        with pytest.raises(journal.ContractViolationError):
+            store.save(checkpoint(SID, last_cp, [{"n": 0}]), [])
+        cp = store.load(SID)
+        assert cp is not None and cp.sequence < last_cp
+        cp.sequence = last_cp + 1
+        store.save(cp, [])
+        page = store.event_page(SID, EventPageRequest(limit=3))
+        assert page.events[0].sequence == last + 1
+        kept = report.payload.events_kept
+        assert [e.sequence for e in store.events_after(SID, kept - 2, 3)] == [
+            kept - 1,
+            kept,
+            last + 1,
+        ]
+    finally:
+        store.close()
+    del lost_bytes
+    # a fresh process sees the same, and verify is satisfied
+    store = journal.open(root, segment_bytes=SEGMENT_BYTES)
+    try:
+        assert store.append_event(SID, 2, warning("again").event).sequence == last + 2
+    finally:
+        store.close()
+
+
+def test_accept_loss_refuses_a_healthy_session(copy: tuple[str, int]) -> None:
+    from journal.loss import accept_loss
+
+    root, _ = copy
+    before = {p: Path(p).read_bytes() for p in segments(root)}
+    report = accept_loss(session_dir(root), SID)
+    assert "not damaged" in report.refused
+    assert {p: Path(p).read_bytes() for p in segments(root)} == before
+
+
+def test_accept_loss_of_a_middle_segment_keeps_the_later_ones_aside(
+    copy: tuple[str, int],
+) -> None:
+    from journal.loss import accept_loss
+
+    root, last = copy
+    segs = segments(root)
+    middle = segs[len(segs) // 2]
+    later = {os.path.basename(p): Path(p).read_bytes() for p in segs[len(segs) // 2 + 1 :]}
+    os.unlink(middle)
+    report = accept_loss(session_dir(root), SID)
+    assert report.payload is not None and report.payload.events_through == last
+    kept = {os.path.basename(k): Path(session_dir(root), k).read_bytes() for k in report.kept}
+    for name, data in later.items():
+        assert kept[name] == data
+    store = journal.open(root, segment_bytes=SEGMENT_BYTES)
+    try:
+        assert store.append_event(SID, 1, warning("x").event).sequence == last + 1
+    finally:
+        store.close()
