@@ -276,7 +276,10 @@ class Store:
             raise JournalError("store is closed")
         name = dir_name(session_id)
         if name in self.tree.pending_session_dirs():
-            self._finish_orphaned_deletes()
+            # Best effort: a delete that cannot be finished now (the disk failing)
+            # is finished by a later call; its sessions are gone for readers either way.
+            with contextlib.suppress(JournalError, OSError):
+                self._finish_orphaned_deletes()
             if name in self.tree.pending_session_dirs():
                 return None  # being deleted by a live process: already gone for readers
         with self._lock:
@@ -917,7 +920,26 @@ class Store:
         """The latest value saved under (scope, key), or None."""
         validate.validate_session_id(scope, "state scope")
         validate.validate_session_id(key, "state key")
+        if self._state_doomed(scope, finish=False):
+            return None  # its delete is committed: gone for readers
         return self.state.load(scope, key)
+
+    def _state_doomed(self, scope: str, *, finish: bool) -> bool:
+        """Whether a pending delete (committed, not finished) names this scope's state.
+
+        A dead process's delete is finished here first (best effort for a reader;
+        `finish`: a writer, whose value the delete would take away, needs it done
+        and fails if it cannot be)."""
+        name = dir_name(scope)
+        if name not in self.tree.pending_state_dirs():
+            return False
+        if finish:
+            with self.tree.locked():  # a live deleter holds it until it is done
+                self._finish_orphaned_deletes()
+        else:
+            with contextlib.suppress(JournalError, OSError):
+                self._finish_orphaned_deletes()
+        return name in self.tree.pending_state_dirs()
 
     @_guard
     def save_state(self, scope: str, key: str, value: Any) -> None:
@@ -926,6 +948,11 @@ class Store:
         validate.validate_session_id(scope, "state scope")
         validate.validate_session_id(key, "state key")
         validate.check_json_value(value, "state value")
+        if self._state_doomed(scope, finish=True):
+            raise StorageError(
+                f"save_state: scope {scope!r} is being deleted and its delete cannot be"
+                " finished now; nothing was written"
+            )
         self.state.save(scope, key, value)
 
     # ----------------------------------------------------------------- catalog
@@ -1504,7 +1531,10 @@ class Store:
         if not ids:
             return True
         with self.tree.locked():
-            self._finish_orphaned_deletes()
+            # Best effort: a delete left unfinished by a failure is finished here when
+            # it can be; its sessions count as absent either way.
+            with contextlib.suppress(JournalError, OSError):
+                self._finish_orphaned_deletes()
             self._reconcile_dead(force=True)
             self.catalog.refresh()
             for sid in ids:
@@ -1569,13 +1599,22 @@ class Store:
                     [os.path.basename(path) for path, _ in dirs],
                     self.state.scopes_present(closure),
                 )
+                # The commit point: once the intent is durable the sessions are gone
+                # for every reader, and the delete is reported done. A failure after it
+                # (moving the directories to the trash, a sync, retiring the intent)
+                # leaves the intent, which any later call of any process finishes
+                # (its owner lock is free once `owner` is closed). See
+                # docs/durability.md, "What an error means".
                 intent_path, owner = self.tree.write_intent(intent)
                 try:
                     self.tree.carry_out(
                         intent_path, intent, before_retiring=lambda: self._catalog_forget(closure)
                     )
+                except (JournalError, OSError):
+                    pass  # finished later (see above); the delete is made
                 finally:
                     owner.close()
+                self.state.forget_scopes(intent.state_dirs)
             finally:
                 for item in held:
                     if isinstance(item, Session):
@@ -1610,6 +1649,7 @@ class Store:
                     self.registry.note(dir_name(sid))
                 forget = functools.partial(self._catalog_forget, intent.session_ids)
                 self.tree.carry_out(path, intent, before_retiring=forget)
+                self.state.forget_scopes(intent.state_dirs)
                 with self._lock:
                     gone = [self._sessions.pop(sid, None) for sid in intent.session_ids]
                 self._retire(gone)

@@ -35,7 +35,7 @@ from contextlib import contextmanager
 import msgspec
 
 from . import fsio
-from .errors import JournalError
+from .errors import JournalError, StorageError
 from .locks import FileLock
 from .metafile import KIND_INTENT, read_meta, write_meta
 from .rootcheck import mkdir_below
@@ -72,6 +72,7 @@ class Tree:
         self._depth = 0
         self._pending_mtime = -1
         self._pending: set[str] = set()
+        self._pending_states: set[str] = set()
         self._emptier: threading.Thread | None = None
         self._emptier_lock = threading.Lock()
         self._trash_dirty = False
@@ -98,8 +99,11 @@ class Tree:
             return set()
         if mtime != self._pending_mtime:
             pending: set[str] = set()
+            states: set[str] = set()
             for _, intent in self.intents():
                 pending.update(intent.session_dirs)
+                states.update(intent.state_dirs)
+            self._pending_states = states
             # A directory's mtime can stay the same across changes made within one
             # clock tick. Like git's "racy" index entries, a listing taken within a
             # tick of the mtime is not trusted next time. Filesystems with whole-second
@@ -109,6 +113,11 @@ class Tree:
             racy = time.time_ns() - mtime < window
             self._pending, self._pending_mtime = pending, -1 if racy else mtime
         return self._pending
+
+    def pending_state_dirs(self) -> set[str]:
+        """State scope directory names under a pending delete (as `pending_session_dirs`)."""
+        self.pending_session_dirs()
+        return self._pending_states
 
     def intents(self) -> list[tuple[str, DeleteIntent]]:
         out = []
@@ -123,8 +132,30 @@ class Tree:
         return out
 
     def write_intent(self, intent: DeleteIntent) -> tuple[str, FileLock]:
+        """Write a delete's intent durably: the delete's commit point.
+
+        A `StorageError` means nothing was deleted, unless its message says the
+        delete is in doubt: the intent was renamed into place, its directory sync
+        failed and so did taking it away again. Such an intent is finished by the
+        next call (as a dead process's), and may not survive a power loss.
+        """
         path = os.path.join(self.txn, f"{INTENT_PREFIX}{uuid.uuid4().hex}")
-        write_meta(path, KIND_INTENT, msgspec.msgpack.encode(intent), durable=True)
+        try:
+            write_meta(path, KIND_INTENT, msgspec.msgpack.encode(intent), durable=True)
+        except StorageError as exc:
+            if not os.path.exists(path):
+                raise  # never in place: nothing happened
+            try:  # in place, not known durable: take it back
+                fsio.unlink(path)
+                fsio.sync_dir(self.txn)
+            except StorageError:
+                raise StorageError(
+                    f"delete in doubt: its intent {path} is in place but not known to be"
+                    f" durable ({exc}); the next call finishes the delete, which a power"
+                    " loss may undo"
+                ) from exc
+            self._pending_mtime = -1
+            raise
         owner = FileLock(path + ".lock", "a delete in progress")
         owner.try_acquire()
         return path, owner
