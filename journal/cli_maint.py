@@ -68,6 +68,7 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
                     "path": f.path,
                     "offset": f.offset,
                     "message": f.message,
+                    "advice": getattr(f, "advice", None),
                 }
             )
             if f.severity == SEVERITY_DATA and f.session and f.session not in damaged:
