@@ -61,6 +61,7 @@ from journal.types import (
     EventPageRequest,
     ExecutionPageRequest,
     ExecutionRecord,
+    ExecutionStats,
     JournalEvent,
     QueuedMessage,
     SessionContext,
@@ -197,6 +198,13 @@ class StoreMachine(RuleBasedStateMachine):
     def existing(self, data: st.DataObject) -> str:
         return data.draw(st.sampled_from(sorted(self.model.sessions)), label="session")
 
+    def fresh(self, data: st.DataObject, label: str = "child") -> str:
+        """A session id, most often one that does not exist."""
+        absent = [sid for sid in SESSIONS if sid not in self.model.sessions]
+        if absent and data.draw(st.integers(0, 3), label=f"{label} is new") > 0:
+            return data.draw(st.sampled_from(absent), label=label)
+        return data.draw(st.sampled_from(SESSIONS), label=label)
+
     def some(self, data: st.DataObject, label: str = "session") -> str:
         """A session id, most often one that exists."""
         if self.model.sessions and data.draw(st.integers(0, 4), label=f"{label} exists") > 0:
@@ -231,8 +239,12 @@ class StoreMachine(RuleBasedStateMachine):
             elif mode == "epoch_back" and cp.context_epoch > 0:
                 cp.context_epoch -= 1
         cp.session_context = SessionContext(
-            owner_id=" " if mode == "blank_owner" else data.draw(st.sampled_from(OWNERS))
+            owner_id=" " if mode == "blank_owner" else data.draw(st.sampled_from(OWNERS)),
+            origin_label=data.draw(st.none() | st.just("cli"), label="origin_label"),
+            workspace_id=data.draw(st.none() | st.just("w1"), label="workspace_id"),
         )
+        cp.execution_stats = ExecutionStats(run_count=data.draw(st.integers(0, 3)))
+        cp.context_model_route = data.draw(st.none() | st.just("fast"))
         if mode == "bad_version":
             cp.version = 18
         cp.first_user_message = data.draw(st.none() | TEXT, label="first_user_message")
@@ -496,9 +508,11 @@ class StoreMachine(RuleBasedStateMachine):
             self.store.list_sessions_page(SessionPageRequest(limit=0))
 
     # ------------------------------------------------------------------ forks
-    @rule(data=st.data(), child=st.sampled_from(SESSIONS))
-    def fork_at(self, data: st.DataObject, child: str) -> None:
+    @precondition(lambda self: self.model.sessions)
+    @rule(data=st.data())
+    def fork_at(self, data: st.DataObject) -> None:
         parent = self.some(data, "parent")
+        child = self.fresh(data)
         p = self.model.sessions.get(parent)
         choices = st.integers(0, 12)
         if p is not None:
@@ -519,13 +533,14 @@ class StoreMachine(RuleBasedStateMachine):
         self.model.fork(parent, sequence, built, (lo, now()))
         check_summary(self.model, summary)
 
+    @precondition(lambda self: self.model.sessions)
     @rule(
         data=st.data(),
-        child=st.sampled_from(SESSIONS),
         unclean=st.sampled_from([None, None, None, "sequence", "pending"]),
     )
-    def fork(self, data: st.DataObject, child: str, unclean: str | None) -> None:
+    def fork(self, data: st.DataObject, unclean: str | None) -> None:
         parent = self.some(data, "parent")
+        child = self.fresh(data)
         p = self.model.sessions.get(parent)
         sequence = data.draw(st.integers(0, (p.latest if p is not None else 0) + 1))
         cp = Checkpoint.empty(child, owner_id=data.draw(st.sampled_from(OWNERS)))
@@ -569,21 +584,31 @@ class StoreMachine(RuleBasedStateMachine):
         self.store = journal.open(self.root, durability="os")
 
     @precondition(lambda self: self.model.sessions)
-    @rule(data=st.data(), count=st.integers(1, 4))
-    def crash(self, data: st.DataObject, count: int) -> None:
-        """The next `count` writes run in a child killed with SIGKILL; then reopen."""
+    @rule(data=st.data(), count=st.integers(1, 4), keep_open=st.booleans())
+    def crash(self, data: st.DataObject, count: int, keep_open: bool) -> None:
+        """The next `count` writes run in a child killed with SIGKILL; then reopen.
+
+        With `keep_open`, this process keeps its store open meanwhile and first
+        checks every read through it (it must pick up what the child committed),
+        then reopens.
+        """
         sid = self.existing(data)
         # 0: killed while it opens the store (or before), rarely
         kill_after = data.draw(
             st.sampled_from([0, *list(range(1, count + 1)) * 3]), label="kill after"
         )
-        s = self.model.sessions[sid]
-        head = clone_checkpoint(s.head)
+        absent = [x for x in SESSIONS if x not in self.model.sessions]
+        head = clone_checkpoint(self.model.sessions[sid].head)
         plan: list[dict[str, Any]] = []
         for _ in range(count):
-            if data.draw(st.booleans(), label="append (else save)"):
-                plan.append({"op": "append", "session": sid, "at": data.draw(TIMESTAMP)})
-                plan[-1]["event"] = data.draw(EVENT)
+            kind = data.draw(st.sampled_from(["append", "save", "create"]), label="op")
+            if kind == "append":
+                at, ev = data.draw(TIMESTAMP), data.draw(EVENT)
+                plan.append({"op": "append", "session": sid, "at": at, "event": ev})
+            elif kind == "create" and absent:  # a new session, created by the child
+                fresh = Checkpoint.empty(absent.pop(), owner_id=data.draw(st.sampled_from(OWNERS)))
+                fresh.context = data.draw(ITEMS, label="new context")
+                plan.append({"op": "save", "checkpoint": fresh, "delta": fresh.context})
             else:
                 new_items = data.draw(ITEMS, label="new items")
                 head = clone_checkpoint(head)
@@ -593,26 +618,50 @@ class StoreMachine(RuleBasedStateMachine):
         plan_path = os.path.join(self.tmp, "plan.json")
         with open(plan_path, "wb") as f:
             f.write(msgspec.json.encode(plan))
-        self.store.close()
+        if not keep_open:
+            self.store.close()
         lo = now()
         acks = run_and_kill(self.root, plan_path, kill_after, count, self.tmp)
         when = (lo, now())
-        self.store = journal.open(self.root, durability="os")
+        if not keep_open:
+            self.store = journal.open(self.root, durability="os")
         for i, acked_seq in enumerate(acks):
             assert acked_seq == self.apply_planned(plan[i], when)
-        if len(acks) < count:  # the write under way at the kill: wholly there or absent
-            op = plan[len(acks)]
+        done = len(acks)
+        if done < count:  # the write under way at the kill: wholly there or absent
+            op = plan[done]
             if op["op"] == "append":
+                counter = self.model.sessions[sid].counter
                 latest = self.store.event_page(sid, EventPageRequest(limit=1)).latest_sequence
-                assert latest in (s.counter, s.counter + 1), (latest, s.counter)
-                if latest == s.counter + 1:
+                assert latest in (counter, counter + 1), (latest, counter)
+                if latest == counter + 1:
                     self.apply_planned(op, when)
+                    done += 1
             else:
-                loaded = self.store.load(sid)
-                assert loaded is not None
-                assert loaded.sequence in (s.latest, op["checkpoint"].sequence)
-                if loaded.sequence == op["checkpoint"].sequence:
+                target: Checkpoint = op["checkpoint"]
+                before = self.model.sessions.get(target.session_id)
+                loaded = self.store.load(target.session_id)
+                if loaded is None:
+                    assert before is None, target.session_id
+                elif loaded.sequence == target.sequence:
                     self.apply_planned(op, when)
+                    done += 1
+                else:
+                    assert before is not None and loaded.sequence == before.latest
+        self.check_everything()  # nothing beyond: exactly what was acknowledged (+ in flight)
+        if keep_open:
+            self.store.close()
+            self.store = journal.open(self.root, durability="os")
+        # This process finishes the plan, as a writer retrying what was not acknowledged
+        # would; the state after this rule is then the same however the kill fell.
+        for op in plan[done:]:
+            lo = now()
+            if op["op"] == "append":
+                got = self.store.append_event(sid, op["at"], op["event"])
+                assert got == self.model.append(sid, op["at"], op["event"])
+            else:
+                self.store.save(op["checkpoint"], op["delta"])
+                self.model.save(op["checkpoint"], op["delta"], None, [], (lo, now()))
 
     def apply_planned(self, op: dict[str, Any], when: tuple[int, int]) -> int:
         if op["op"] == "append":
@@ -625,6 +674,9 @@ class StoreMachine(RuleBasedStateMachine):
     @invariant()
     def every_read_matches_the_model(self) -> None:
         self.steps += 1
+        self.check_everything()
+
+    def check_everything(self) -> None:
         limit = self.steps % 3 + 1
         for sid in SESSIONS:
             s = self.model.sessions.get(sid)
