@@ -1360,7 +1360,10 @@ class Store:
 
     @_guard
     def recent_executions(self, limit: int) -> list[ExecutionRecord]:
-        """Finished turns across all sessions by (started_at_ms, session_id, sequence) desc."""
+        """Finished turns across all sessions by (started_at_ms, session_id, sequence) desc.
+
+        A damaged session's turns are answered from the catalog's copies; those it
+        holds no copy of (they would be read from the damaged log) are left out."""
         validate.validate_limit(limit, "recent executions")
         self._reconcile_dead()
         self.catalog.refresh()
@@ -1404,7 +1407,13 @@ class Store:
                 body = copies.get(key)
                 rec = _decode_execution(body) if body is not None else None
                 if rec is None:
-                    rec = self._read(key[1], record_at(key[2]), lambda: None)
+                    try:
+                        rec = self._read(key[1], record_at(key[2]), lambda: None)
+                    except CorruptionError:
+                        # One damaged session hides no other session's turns: its
+                        # records that the catalog holds no copy of are left out
+                        # (reads of it, and `journal verify`, report the damage).
+                        rec = None
                 if rec is not None:
                     out.append(rec)
                     if len(out) == limit:
