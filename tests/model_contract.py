@@ -73,6 +73,17 @@ def _blank(value: str) -> bool:
     return not value.strip()
 
 
+def plain_json(value: Any) -> bool:
+    """Is `value` JSON made of dicts with str keys, lists, str, int, float, bool, None?"""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return True
+    if type(value) is list:
+        return all(plain_json(v) for v in value)
+    if type(value) is dict:
+        return all(isinstance(k, str) and plain_json(v) for k, v in value.items())
+    return False  # a Struct, a tuple, a set, ...
+
+
 class Model:
     """What the store holds, as plain Python data."""
 
@@ -91,6 +102,8 @@ class Model:
         if _blank(cp.session_context.owner_id):
             return InvalidInputError
         if any(e.recorded_at_ms < 0 for e in events):
+            return InvalidInputError
+        if not all(plain_json(v) for v in (cp.context, cp.metadata, cp.pending_tools)):
             return InvalidInputError
         if cp.version not in SUPPORTED_CHECKPOINT_VERSIONS:
             return ContractViolationError

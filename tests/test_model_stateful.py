@@ -133,6 +133,7 @@ SAVE_MODES = [
     "negative_time",
     "bad_execution",
     "bad_version",
+    "struct_in_json",
 ]
 
 
@@ -247,9 +248,16 @@ class StoreMachine(RuleBasedStateMachine):
         cp.context_model_route = data.draw(st.none() | st.just("fast"))
         if mode == "bad_version":
             cp.version = 18
+        if mode == "struct_in_json":  # loose JSON fields hold JSON, not msgspec Structs
+            where = data.draw(st.sampled_from(["metadata", "context"]), label="struct in")
+            if where == "metadata":
+                cp.metadata = {"k": SessionContext(owner_id="x")}
+            else:
+                cp.context = [*cp.context, {"k": SessionContext(owner_id="x")}]
         cp.first_user_message = data.draw(st.none() | TEXT, label="first_user_message")
         cp.catalog_visible = data.draw(st.booleans(), label="catalog_visible")
-        cp.metadata = data.draw(st.dictionaries(st.sampled_from(["x", "y"]), JSON, max_size=2))
+        if mode != "struct_in_json":
+            cp.metadata = data.draw(st.dictionaries(st.sampled_from(["x", "y"]), JSON, max_size=2))
         cp.model_route = data.draw(st.none() | st.sampled_from(["fast", "deep"]))
         cp.pending_messages = [
             QueuedMessage(owner="o", id=m)
@@ -277,7 +285,7 @@ class StoreMachine(RuleBasedStateMachine):
         sid = self.some(data)
         cp, delta, execution, events = self.build_save(data, sid, mode)
         expected_error = self.model.save_error(cp, execution, events)
-        breaks = ("blank_owner", "negative_time", "bad_execution", "bad_version")
+        breaks = ("blank_owner", "negative_time", "bad_execution", "bad_version", "struct_in_json")
         if mode in breaks or (mode == "stale_sequence" and sid in self.model.sessions):
             assert expected_error is not None, mode  # the generator broke a rule
         snapshot = (clone_checkpoint(cp), copy.deepcopy(delta))
