@@ -540,7 +540,10 @@ class Catalog:
     def close(self) -> None:
         if self.log is not None:
             self._trim_on_close(self.log)
-            self.log.close()
+            # A cache: a failing last sync of its writer is not the caller's error
+            # (what it loses is re-derived from the session logs).
+            with contextlib.suppress(JournalError, OSError):
+                self.log.close()
         self.flock.close()
 
 
