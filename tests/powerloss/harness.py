@@ -256,20 +256,20 @@ def fault_run(
 
 
 def explain_failures(
-    base: Path, kind: str, seed: int, seen: Any, failed: list[int]
+    base: Path, kind: str, seed: int, seen: Any, failed: list[int], *, most: int = 2
 ) -> tuple[frozenset[int], dict[int, str]] | None:
-    """Which failed calls took effect: a subset of `failed` such that the script run
-    without the others ends as `seen`, and what that run raised (calls that need a
-    left-out one). None when no subset explains it (a partial effect)."""
+    """Which failed calls took effect: a subset of `failed` (at most `most` of them)
+    such that the script run without the others ends as `seen`, and what that run
+    raised (calls that need a left-out one). None when no such subset explains it
+    (a failed call took effect in part, or more of them took effect than `most`)."""
     import itertools
 
-    for n in range(len(failed) + 1):
+    for n in range(min(most, len(failed)) + 1):
         for took in itertools.combinations(failed, n):
             raised: dict[int, str] = {}
             root = base / f"explain-{'-'.join(map(str, took)) or 'none'}"
-            ref = workloads.reference(
-                kind, seed, str(root), frozenset(failed) - set(took), raised, every=False
-            )
+            skip = frozenset(failed) - set(took)
+            ref = workloads.reference(kind, seed, str(root), skip, raised, every=False)
             shutil.rmtree(root, ignore_errors=True)
             if ref[-1] == seen:
                 return frozenset(took), raised

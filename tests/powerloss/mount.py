@@ -79,7 +79,7 @@ class Mount:
             self._conn.close()
             self._conn = None
         tool = shutil.which("fusermount3") or shutil.which("fusermount") or "fusermount"
-        if os.path.ismount(self.path):
+        if self.proc is not None:  # not os.path.ismount: a lost mount fails its lstat
             subprocess.run(
                 [tool, "-u", "-z", str(self.path)],
                 check=False,
