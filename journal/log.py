@@ -655,9 +655,7 @@ class Log:
             state.at_eof = at_eof
             if outcome == END and at_eof and not pending:
                 if self._newer_segment_appeared():
-                    idx += 1
-                    sealed = False
-                    continue
+                    continue  # this segment again, as a sealed one: its end is checked
                 if sealed:
                     raise CorruptionError(
                         f"{self.label}: segment {segment_name(pos)} is missing:"

@@ -624,7 +624,8 @@ class Session:
             covered = [self.head.covered] + [i.covered for i in self.indexes.values()]
             state = ScanState()
             try:
-                for commit in self.log.committed(min(covered), state, strict=strict):
+                start = min(covered)
+                for commit in self.log.committed(start, state, strict=strict):
                     self._apply(commit, None)
                 if (
                     tolerate
@@ -666,7 +667,7 @@ class Session:
                 self.log.forget_cached()
                 if not tolerate:
                     raise err
-            elif self.damage is not None and state.end > self.damage_end:
+            elif self.damage is not None and start <= self.damage_end < state.end:
                 self.damage = None  # the log reads past the damage again (e.g. repaired)
             self.tail_state = state
             return state
@@ -955,8 +956,14 @@ class Session:
             ):
                 self._check_published_and_not_doomed()  # say, the directory went away
                 quiet = False
-            if not (quiet or (self._recovered and self.log.untouched_since(end))):
+            if self.damage is not None or not (
+                quiet or (self._recovered and self.log.untouched_since(end))
+            ):
                 state = self._catch_up(strict=not self._recovered)
+                if self.damage is not None:
+                    # Found by a read, anywhere in the log: writes wait for a person
+                    # (`journal repair --accept-loss`), whatever the tail looks like.
+                    raise _KnownDamage.of(self.damage)
                 if state.tail != "clean":
                     state = self._recover(state)
                 self._recovered = True
@@ -2051,7 +2058,7 @@ class _KnownDamage(CorruptionError):
 
     @classmethod
     def of(cls, damage: CorruptionError) -> _KnownDamage:
-        err = cls("", path=damage.path, offset=damage.offset)
+        err = cls(damage.message, path=damage.path, offset=damage.offset)
         err.args = damage.args
         return err
 

@@ -40,6 +40,7 @@ import pytest
 import journal
 from journal import Event, EventPageRequest, ExecutionPageRequest, TranscriptPageRequest
 from journal.locks import FileLock
+from journal.log import SEAL_SIZE
 from journal.record import OK, parse_at
 from journal.session import LOCK_FILE
 
@@ -461,9 +462,10 @@ def _data_end(path: str) -> int:
 def test_crashed_roll_seen_by_another_store(tmp_path: Any, left: str) -> None:
     """A writer dies inside a segment roll while other stores (processes) have the log open.
 
-    `_roll` seals the full segment (truncate, fsync), then creates the next one. A kill
-    between the two leaves a sealed segment and maybe an empty or half-written new
-    one. Store B has seen that leftover when store A recovers it (unlinks it) and
+    `_roll` truncates the full segment and syncs it, creates the next one (named for
+    the position after the SEAL record to come), then appends the SEAL. A kill in
+    between leaves the full segment without its SEAL and maybe an empty or
+    half-written new one. Store B has seen that leftover when store A recovers it (unlinks it) and
     rolls again, creating a new file under the same name. B must then see A's
     commits, and must not take the new file for the leftover.
     """
@@ -487,7 +489,7 @@ def test_crashed_roll_seen_by_another_store(tmp_path: Any, left: str) -> None:
         dead = FileLock(os.path.join(os.path.dirname(os.path.dirname(newest)), LOCK_FILE), "x")
         dead.acquire(5)
         os.truncate(newest, end)
-        nxt = os.path.join(os.path.dirname(newest), f"{base + end - 32:020d}.seg")
+        nxt = os.path.join(os.path.dirname(newest), f"{base + end - 32 + SEAL_SIZE:020d}.seg")
         if left == "empty new segment":
             open(nxt, "wb").close()
         elif left == "partial header":

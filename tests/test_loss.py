@@ -21,7 +21,7 @@ from faults import all_events, checkpoint, truncate_file, warning
 import journal
 from journal import CorruptionError, EventPageRequest
 from journal.log import SEAL_RECORD, SEAL_SIZE
-from journal.record import OK, SEAL, parse_at
+from journal.record import EVENT, OK, SEAL, parse_at
 
 SID = "s"
 SEGMENT_BYTES = 4096
@@ -44,6 +44,17 @@ def last_record_type(path: str) -> int:
         if outcome != OK:
             return last
         last, off = rtype, end
+
+
+def first_record_of(data: bytes, rtype: int) -> int:
+    """The file offset of the first record of type `rtype` in a segment's bytes."""
+    off = 32
+    while True:
+        outcome, got, _, _, end = parse_at(data, off)
+        assert outcome == OK, f"no record of type {rtype}"
+        if got == rtype:
+            return off
+        off = end
 
 
 def build(root: str, *, saves: int = 30, segment_bytes: int = SEGMENT_BYTES) -> int:
@@ -290,5 +301,60 @@ def test_accept_loss_of_a_middle_segment_keeps_the_later_ones_aside(
     store = journal.open(root, segment_bytes=SEGMENT_BYTES)
     try:
         assert store.append_event(SID, 1, warning("x").event).sequence == last + 1
+    finally:
+        store.close()
+
+
+# ------------------------------------------------------------------------ salvage
+def test_salvage_copies_commits_after_a_hole(copy: tuple[str, int]) -> None:
+    """A flipped byte mid-log: salvage copies the commits before and after it."""
+    from journal.salvage import salvage_session
+
+    root, last = copy
+    store = journal.open(root, segment_bytes=SEGMENT_BYTES)
+    try:
+        before = [e.event.msg["message"] for e in all_events(store, SID)]
+        final = store.load(SID)
+    finally:
+        store.close()
+    segs = segments(root)
+    victim = segs[len(segs) // 2]
+    data = bytearray(Path(victim).read_bytes())
+    data[first_record_of(bytes(data), EVENT) + 12] ^= 0x5A  # an event of a sealed segment
+    Path(victim).write_bytes(bytes(data))
+    store = journal.open(root, segment_bytes=SEGMENT_BYTES)
+    try:
+        with pytest.raises(CorruptionError) as info:
+            store.events_after(SID, 0, last)  # a read that needs the damaged record
+        assert info.value.path == victim
+        with pytest.raises(CorruptionError):  # from then on, writes wait for a person
+            store.append_event(SID, 1, warning("x").event)
+        report = salvage_session(store, SID, "s-saved")
+        assert report.skipped and victim.rsplit("/", 1)[1] in report.skipped[0]
+        copied = [e.event.msg["message"] for e in all_events(store, "s-saved")]
+        # what was copied is the original order with a gap, nothing invented
+        assert copied and len(copied) < len(before)
+        it = iter(before)
+        assert all(m in it for m in copied)
+        assert copied[-1] == before[-1]  # the commits after the hole came across
+        saved = store.load("s-saved")
+        assert saved is not None and saved.context == final.context
+        assert report.events == len(copied)
+        # the copy is a healthy session of its own
+        assert store.append_event("s-saved", 1, warning("go on").event).sequence == len(copied) + 1
+    finally:
+        store.close()
+
+
+def test_salvage_refuses_an_existing_target(copy: tuple[str, int]) -> None:
+    from journal.salvage import salvage_session
+
+    root, _ = copy
+    store = journal.open(root, segment_bytes=SEGMENT_BYTES)
+    try:
+        with pytest.raises(journal.InvalidInputError):
+            salvage_session(store, SID, SID)
+        with pytest.raises(journal.NotFoundError):
+            salvage_session(store, "nobody", "x")
     finally:
         store.close()
