@@ -1,8 +1,10 @@
 """Child process of the stateful test's crash rule (tests/test_model_stateful.py).
 
-Runs a plan of writes (appends and saves) on an existing store and, after each call
-returns, writes "<index> <sequence>" on stdout and flushes, so the parent knows what
-was acknowledged. After the last one it writes "hang" and sleeps until it is killed.
+Runs a plan of writes (appends, saves, forks, a delete) on an existing store and,
+after each call returns, writes "<index> <result>" on stdout and flushes, so the
+parent knows what was acknowledged (result: the event or checkpoint sequence, the
+child's sequence 0 for a fork, 1 or 0 for a delete). After the last one it writes
+"hang" and sleeps until it is killed.
 
 Usage: model_crash_child.py ROOT PLAN.json
 """
@@ -25,6 +27,8 @@ class Op(msgspec.Struct):
     event: Event | None = None
     checkpoint: Checkpoint | None = None
     delta: list[object] = []
+    sequence: int = 0
+    child: str = ""
 
 
 def main() -> None:
@@ -37,10 +41,14 @@ def main() -> None:
         if op.op == "append":
             assert op.event is not None
             seq = store.append_event(op.session, op.at, op.event).sequence
-        else:
+        elif op.op == "save":
             assert op.checkpoint is not None
             store.save(op.checkpoint, op.delta)
             seq = op.checkpoint.sequence
+        elif op.op == "fork":
+            seq = store.fork_at(op.session, op.sequence, op.child).sequence
+        else:
+            seq = int(store.delete_sessions([op.session]))
         out.write(f"{i} {seq}\n")
         out.flush()
     out.write("hang\n")

@@ -224,7 +224,7 @@ class StoreMachine(RuleBasedStateMachine):
             cp.context = new_items
         else:
             cp = clone_checkpoint(s.head)
-            cp.sequence = s.latest + data.draw(st.integers(1, 3), label="step")
+            cp.sequence = s.latest + data.draw(st.sampled_from([1, 1, 2, 3, 2**40]), label="step")
             old = copy.deepcopy(s.head.context)  # equal by value, not the same objects
             cp.context = old + new_items
             if mode == "rewrite":
@@ -591,6 +591,18 @@ class StoreMachine(RuleBasedStateMachine):
         self.store.close()
         self.store = journal.open(self.root, durability="os")
 
+    @precondition(lambda self: self.steps % 4 == 2)
+    @rule()
+    def read_only_view(self) -> None:
+        """A read-only store opened beside the writer answers every read the same."""
+        writer = self.store
+        self.store = journal.open(self.root, read_only=True)
+        try:
+            self.check_everything()
+        finally:
+            self.store.close()
+            self.store = writer
+
     @precondition(lambda self: self.model.sessions)
     @rule(data=st.data(), count=st.integers(1, 4), keep_open=st.booleans())
     def crash(self, data: st.DataObject, count: int, keep_open: bool) -> None:
@@ -608,11 +620,18 @@ class StoreMachine(RuleBasedStateMachine):
         absent = [x for x in SESSIONS if x not in self.model.sessions]
         head = clone_checkpoint(self.model.sessions[sid].head)
         plan: list[dict[str, Any]] = []
-        for _ in range(count):
-            kind = data.draw(st.sampled_from(["append", "save", "create"]), label="op")
+        fork_point = self.model.sessions[sid].latest  # committed: a child can start there
+        for i in range(count):
+            kinds = ["append", "save", "create", "fork"] + (["delete"] if i == count - 1 else [])
+            kind = data.draw(st.sampled_from(kinds), label="op")
             if kind == "append":
                 at, ev = data.draw(TIMESTAMP), data.draw(EVENT)
                 plan.append({"op": "append", "session": sid, "at": at, "event": ev})
+            elif kind == "fork" and absent:
+                plan.append({"op": "fork", "session": sid, "sequence": fork_point})
+                plan[-1]["child"] = absent.pop()
+            elif kind == "delete":  # the last op: the session and its subtree
+                plan.append({"op": "delete", "session": sid})
             elif kind == "create" and absent:  # a new session, created by the child
                 fresh = Checkpoint.empty(absent.pop(), owner_id=data.draw(st.sampled_from(OWNERS)))
                 fresh.context = data.draw(ITEMS, label="new context")
@@ -645,6 +664,14 @@ class StoreMachine(RuleBasedStateMachine):
                 if latest == counter + 1:
                     self.apply_planned(op, when)
                     done += 1
+            elif op["op"] == "fork":
+                if self.store.load(op["child"]) is not None:
+                    self.apply_planned(op, when)
+                    done += 1
+            elif op["op"] == "delete":
+                if self.store.load(sid) is None:
+                    self.apply_planned(op, when)
+                    done += 1
             else:
                 target: Checkpoint = op["checkpoint"]
                 before = self.model.sessions.get(target.session_id)
@@ -667,6 +694,13 @@ class StoreMachine(RuleBasedStateMachine):
             if op["op"] == "append":
                 got = self.store.append_event(sid, op["at"], op["event"])
                 assert got == self.model.append(sid, op["at"], op["event"])
+            elif op["op"] == "fork":
+                summary = self.store.fork_at(sid, op["sequence"], op["child"])
+                self.apply_planned(op, (lo, now()))
+                check_summary(self.model, summary)
+            elif op["op"] == "delete":
+                assert self.store.delete_sessions([sid]) is True
+                self.apply_planned(op, (lo, now()))
             else:
                 self.store.save(op["checkpoint"], op["delta"])
                 self.model.save(op["checkpoint"], op["delta"], None, [], (lo, now()))
@@ -674,6 +708,12 @@ class StoreMachine(RuleBasedStateMachine):
     def apply_planned(self, op: dict[str, Any], when: tuple[int, int]) -> int:
         if op["op"] == "append":
             return self.model.append(op["session"], op["at"], op["event"]).sequence
+        if op["op"] == "fork":
+            child = self.model.fork_at_child(op["session"], op["sequence"], op["child"])
+            self.model.fork(op["session"], op["sequence"], child, when)
+            return 0
+        if op["op"] == "delete":
+            return int(self.model.delete([op["session"]]))
         cp: Checkpoint = op["checkpoint"]
         self.model.save(cp, op["delta"], None, [], when)
         return cp.sequence
@@ -722,8 +762,9 @@ class StoreMachine(RuleBasedStateMachine):
         assert self.store.load(sid) == s.head
         for seq, cp in s.checkpoints.items():
             assert self.store.checkpoint_at(sid, seq) == cp, (sid, seq)
-        unsaved = [q for q in range(s.latest + 2) if q not in s.checkpoints]
-        for seq in unsaved[:3]:
+        near = {q + d for q in s.checkpoints for d in (-1, 1)} | {0, s.latest + 1}
+        unsaved = sorted(q for q in near if q >= 0 and q not in s.checkpoints)
+        for seq in unsaved[:3] + unsaved[-2:]:
             assert self.store.checkpoint_at(sid, seq) is None, (sid, seq)
         summary = self.store.session_summary(sid)
         assert summary is not None
