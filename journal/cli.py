@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from . import __version__, cli_log, cli_maint, cli_read
+from . import __version__, cli_damage, cli_log, cli_maint, cli_read
 from .cli_common import (
     DEFAULT_ROOT,
     EXIT_FINDINGS,
@@ -104,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_read.add_parsers(add)
     cli_log.add_parsers(add)
     cli_maint.add_parsers(add)
+    cli_damage.add_parsers(add)
     return parser
 
 

@@ -226,6 +226,14 @@ def session_damage(directory: str) -> CorruptionError | None:
     return None
 
 
+def loss_lines(directory: str) -> list[str]:
+    """One line per loss accepted in a session (`verify`, `show` and `stats` show them)."""
+    from .loss import loss_notes
+    from .verify import describe_loss
+
+    return [describe_loss(n) for n in loss_notes(directory)]
+
+
 def program() -> str:
     """How the user can call this program again: `journal` when that is on PATH and is
     this one, else the path that ran it, else `python -m journal.cli`."""

@@ -18,6 +18,7 @@ from .cli_common import (
     catch,
     cell,
     end_progress,
+    loss_lines,
     open_store,
     plural,
     progress,
@@ -152,11 +153,16 @@ def cmd_stats(args: argparse.Namespace, out: Output) -> int:
     damage = session_damage(directory)
     if damage is not None:
         out.mark_damaged(args.session, damage)
+    losses = loss_lines(directory)
     if out.json:
-        out.doc({**st.__dict__, "damaged": None if damage is None else str(damage)})
+        out.doc(
+            {**st.__dict__, "damaged": None if damage is None else str(damage), "losses": losses}
+        )
         return out.finish()
     sizes = Sizes(st.log_bytes, st.file_bytes, st.disk_bytes)
     print(f"{plural(st.commits, 'commit')}; {sizes.text()}")
+    for line in losses:
+        print(f"LOSS: {line}")
     if damage is not None:
         print(f"DAMAGED: read up to the damage only: {damage}")
     out.table(

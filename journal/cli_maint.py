@@ -36,7 +36,7 @@ class SessionBusyError(LockTimeoutError):
 
 # --------------------------------------------------------------------- verify
 def cmd_verify(args: argparse.Namespace, out: Output) -> int:
-    from .verify import SEVERITY_DATA, verify_store
+    from .verify import SEVERITY_CACHE, SEVERITY_DATA, verify_store
 
     root = args.root
     selected: list[str] | None = None
@@ -76,7 +76,9 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
             if not out.json:
                 print(str(f))
     end_progress()
-    ok = not findings
+    # A torn tail (a crash's unfinished commit) and an accepted loss are reported
+    # but are not failures; damage and caches that disagree with the log are.
+    ok = not any(f["severity"] in (SEVERITY_DATA, SEVERITY_CACHE) for f in findings)
     if out.json:
         out.doc(
             {
@@ -152,6 +154,10 @@ def cmd_repair(args: argparse.Namespace, out: Output) -> int:
             " writer; stop that process first",
             holder=holder,
         )
+    if args.accept_loss:
+        from .cli_damage import cmd_accept_loss
+
+        return cmd_accept_loss(args, out, directory)
     report = repair_session(directory, args.session, cut_at_damage=args.cut_at_damage)
     if report.dropped and not report.refused:
         # The catalog may list what was cut (summary, execution copies): re-derive it.
@@ -355,6 +361,13 @@ def add_parsers(add: Add) -> None:
         "--cut-at-damage",
         action="store_true",
         help="also cut a damaged record in the newest segment and all after it",
+    )
+    p.add_argument(
+        "--accept-loss",
+        action="store_true",
+        help="make a damaged session writable again: cut at its last verifiable commit,"
+        " keep the cut bytes in its repair/ directory, record what was lost and go on"
+        " numbering after it (docs/damaged.md)",
     )
     p = add("export", cmd_export, "write sessions to one verified bundle file")
     p.add_argument("sessions", nargs="*", metavar="SESSION", help="session ids (or --all)")

@@ -21,6 +21,7 @@ from .cli_common import (
     catch,
     cell,
     limit_arg,
+    loss_lines,
     open_store,
     plural,
     program,
@@ -148,6 +149,7 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
             parent = ps.parent_session_id if ps else None
         children = sorted(k.session_id for k in store.child_sessions(args.session))
         sz = sizes(sess.dir, sess.head.covered)
+        losses = loss_lines(sess.dir)
         info = {
             "summary": summary,
             "events": sess.head.event_counter,
@@ -162,6 +164,7 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
             "ancestors": lineage,
             "children": children,
             "damaged": None if damage is None else str(damage),
+            "losses": losses,
             "checkpoint_header": {
                 k: v for k, v in msgspec.to_builtins(cp).items() if k != "context"
             },
@@ -190,6 +193,7 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
         f"runs         {stats.run_count} ({stats.failed_run_count} failed,"
         f" {stats.aborted_run_count} aborted), {plural(stats.usage.total_tokens, 'token')}",
     ]
+    lines.extend(f"LOSS         {line}" for line in losses)
     if damage is not None:
         lines.append(f"DAMAGED      {damage}")
     print("\n".join(lines))

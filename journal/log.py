@@ -305,7 +305,9 @@ class Log:
         `Session.build`): whoever publishes it syncs it first.
         """
         try:
-            os.makedirs(directory, exist_ok=True)
+            os.mkdir(directory)  # never its parents: they exist unless the root was replaced
+        except FileExistsError:
+            pass
         except OSError as exc:
             raise StorageError(f"cannot create {directory}: {exc.strerror}") from exc
         path = os.path.join(directory, segment_name(0))

@@ -417,7 +417,7 @@ class Session:
     def _lay_out(directory: str) -> None:
         """The files of a new session directory, unsynced, with an empty identity file
         (written in place later: nobody sees the directory before it is sealed)."""
-        os.makedirs(directory)
+        os.mkdir(directory)  # never its parents: a root replaced meanwhile stays empty
         Log.create(os.path.join(directory, LOG_DIR), KIND_SESSION, durable=False)
         for name in (IDENTITY_FILE, LOCK_FILE):
             fd = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -1203,17 +1203,25 @@ class Session:
             state.end = end
 
     def after_commit(self) -> None:
-        """Cache upkeep, still under the lock: flush indexes, write a snapshot now and then."""
-        grown = self.head.covered - self._snapshot_covered
-        if grown >= self.options.snapshot_bytes and grown >= self._snapshot_size:
-            self._write_caches()
+        """Cache upkeep, still under the lock: flush indexes, write a snapshot now and then.
+
+        It runs after the commit point: a cache that cannot be written (a full disk)
+        never fails the call that committed. Unflushed entries stay in memory and
+        are flushed later; the next open rebuilds whatever a file lacks.
+        """
+        try:
+            grown = self.head.covered - self._snapshot_covered
+            if grown >= self.options.snapshot_bytes and grown >= self._snapshot_size:
+                self._write_caches()
+                return
+            a, b, c, d = self._index_list  # this runs on every commit: no loop
+            if a.pending + b.pending + c.pending + d.pending >= self.options.index_flush_entries:
+                # Under the state lock: readers in other threads walk the same Index
+                # objects (and their file descriptors), which a flush replaces.
+                with self._state_lock:
+                    self._flush_indexes()
+        except (StorageError, OSError):
             return
-        a, b, c, d = self._index_list  # this runs on every commit: no loop
-        if a.pending + b.pending + c.pending + d.pending >= self.options.index_flush_entries:
-            # Under the state lock: readers in other threads walk the same Index
-            # objects (and their file descriptors), which a flush replaces.
-            with self._state_lock:
-                self._flush_indexes()
 
     def caches_current(self) -> bool:
         """Do the index and snapshot files already reflect everything committed here?"""
