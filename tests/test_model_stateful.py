@@ -683,7 +683,12 @@ class StoreMachine(RuleBasedStateMachine):
                     done += 1
                 else:
                     assert before is not None and loaded.sequence == before.latest
-        self.check_everything()  # nothing beyond: exactly what was acknowledged (+ in flight)
+        # Nothing beyond: exactly what was acknowledged (and the write in flight). A store
+        # that stayed open may list the dead writer's sessions as of its save before
+        # last for a moment (README, Limitations: the catalog is reconciled once this
+        # process notices the death, at most once a second), so its listings are
+        # checked after the reopen below.
+        self.check_everything(catalog=not keep_open)
         if keep_open:
             self.store.close()
             self.store = journal.open(self.root, durability="os")
@@ -724,7 +729,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.steps += 1
         self.check_everything()
 
-    def check_everything(self) -> None:
+    def check_everything(self, *, catalog: bool = True) -> None:
         limit = self.steps % 3 + 1
         for sid in SESSIONS:
             s = self.model.sessions.get(sid)
@@ -732,14 +737,17 @@ class StoreMachine(RuleBasedStateMachine):
                 self.check_missing(sid)
             else:
                 self.check_session(sid, s, limit)
+            if not catalog:
+                continue
             got_children = self.store.child_sessions(sid)
             assert {c.session_id for c in got_children} == self.model.children(sid)
             keys = [(c.updated_at, c.sequence, c.session_id) for c in got_children]
             assert keys == sorted(keys, reverse=True)
             for c in got_children:
                 check_summary(self.model, c)
-        self.check_session_paging(limit + 1, None)
-        self.check_session_paging(PAGE_ALL, OWNERS[self.steps % 2])
+        if catalog:
+            self.check_session_paging(limit + 1, None)
+            self.check_session_paging(PAGE_ALL, OWNERS[self.steps % 2])
         assert self.store.recent_executions(PAGE_ALL) == self.model.recent_executions(PAGE_ALL)
         assert self.store.recent_executions(2) == self.model.recent_executions(2)
         for scope in SCOPES:
