@@ -68,13 +68,14 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
                     "path": f.path,
                     "offset": f.offset,
                     "message": f.message,
-                    "advice": getattr(f, "advice", None),
+                    "advice": f.advice,
                 }
             )
             if f.severity == SEVERITY_DATA and f.session and f.session not in damaged:
                 damaged.append(f.session)
             if not out.json:
                 print(str(f))
+                print(f"  to address it: {f.advice}")
     end_progress()
     # A torn tail (a crash's unfinished commit) and an accepted loss are reported
     # but are not failures; damage and caches that disagree with the log are.

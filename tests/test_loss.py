@@ -358,3 +358,114 @@ def test_salvage_refuses_an_existing_target(copy: tuple[str, int]) -> None:
             salvage_session(store, "nobody", "x")
     finally:
         store.close()
+
+
+def test_numbering_survives_export_import_and_compaction_after_a_loss(
+    copy: tuple[str, int], tmp_path: Path
+) -> None:
+    """The LOSS record travels with the log: a copy elsewhere never re-issues either."""
+    from journal.bundle import export_sessions, import_bundle
+    from journal.compact import compact_session
+    from journal.loss import accept_loss
+
+    root, last = copy
+    os.unlink(segments(root)[-1])
+    report = accept_loss(session_dir(root), SID)
+    assert report.payload is not None
+    floor = report.payload.checkpoints_through
+    compact_session(session_dir(root), SID, keep=1)
+    store = journal.open(root, segment_bytes=SEGMENT_BYTES)
+    try:
+        assert store.append_event(SID, 1, warning("after compaction").event).sequence == last + 1
+    finally:
+        store.close()
+    bundle = str(tmp_path / "s.jb")
+    export_sessions(root, [SID], bundle)
+    other = str(tmp_path / "other")
+    journal.open(other).close()
+    import_bundle(other, bundle)
+    store = journal.open(other)
+    try:
+        assert store.append_event(SID, 1, warning("in the copy").event).sequence == last + 2
+        cp = store.load(SID)
+        assert cp is not None
+        with pytest.raises(journal.ContractViolationError):
+            store.save(msgspec.structs.replace(cp, sequence=floor), [])
+        store.save(msgspec.structs.replace(cp, sequence=floor + 1), [])
+    finally:
+        store.close()
+
+
+KILLED_ACCEPT = r"""
+import os, signal, sys
+from journal import fsio
+from journal.loss import accept_loss
+
+budget = int(sys.argv[3])
+calls = 0
+
+def counted(fn):
+    def call(*args, **kwargs):
+        global calls
+        calls += 1
+        if calls == budget:
+            os.kill(os.getpid(), signal.SIGKILL)  # a crash just before this step
+        return fn(*args, **kwargs)
+    return call
+
+for name in ("write_file", "rename", "sync_dir", "unlink", "truncate", "pwrite",
+             "sync_file", "sync_data"):
+    setattr(fsio, name, counted(getattr(fsio, name)))
+report = accept_loss(sys.argv[1], sys.argv[2])
+print("finished" if not report.refused else report.refused)
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="needs SIGKILL")
+def test_accept_loss_killed_at_every_step_is_finished_by_the_next_run(
+    pristine: tuple[str, int], tmp_path: Path
+) -> None:
+    """kill -9 before each file operation of accept_loss: the session never looks
+    healthy with its evidence gone, and the next run finishes the job."""
+    import subprocess
+    import sys
+
+    from journal.loss import accept_loss
+
+    src, last = pristine
+    finished_at = None
+    for budget in range(1, 60):
+        root = str(tmp_path / f"store-{budget}")
+        shutil.copytree(src, root)
+        os.unlink(segments(root)[-1])
+        proc = subprocess.run(
+            [sys.executable, "-c", KILLED_ACCEPT, session_dir(root), SID, str(budget)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if proc.returncode == 0:
+            assert "finished" in proc.stdout, proc.stdout + proc.stderr
+            finished_at = budget
+            break
+        assert proc.returncode == -9, proc.stderr
+        store = journal.open(root, segment_bytes=SEGMENT_BYTES)
+        try:
+            try:
+                ev = store.append_event(SID, 1, warning("too early").event)
+            except CorruptionError:
+                pass  # still damaged, as it must be until a run finishes
+            else:
+                assert ev.sequence == last + 1, f"killed before step {budget}: re-issued"
+        finally:
+            store.close()
+        report = accept_loss(session_dir(root), SID)
+        store = journal.open(root, segment_bytes=SEGMENT_BYTES)
+        try:
+            got = store.append_event(SID, 1, warning("after").event).sequence
+            assert got > last, f"killed before step {budget}: sequence {got} re-issued"
+            assert report.refused == "" or "not damaged" in report.refused
+        finally:
+            store.close()
+    assert finished_at is not None and finished_at > 5, "the kills landed inside the run"
