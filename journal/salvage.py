@@ -215,6 +215,8 @@ class _Copier:
         if checkpoint is not None:
             execution = [r for r in commit if r.rtype == EXECUTION]
             record = execution_decoder.decode(execution[0].payload).record if execution else None
+            if record is not None:
+                record = msgspec.structs.replace(record, session_id=self.report.new_id)
             delta = msgspec.to_builtins(items.items) if items is not None else []
             got = self.store.save_with_events(
                 checkpoint, delta, record, [e for _, e in stamped if e is not None]

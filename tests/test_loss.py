@@ -469,3 +469,31 @@ def test_accept_loss_killed_at_every_step_is_finished_by_the_next_run(
         finally:
             store.close()
     assert finished_at is not None and finished_at > 5, "the kills landed inside the run"
+
+
+def test_salvage_copies_transcripts_and_executions(tmp_path: Path) -> None:
+    from faults import all_batches, all_executions, execution
+
+    from journal.salvage import salvage_session
+
+    root = str(tmp_path / "store")
+    store = journal.open(root)
+    try:
+        ctx: list[Any] = []
+        for seq in range(6):
+            ctx = [*ctx, {"role": "user", "content": f"turn {seq}"}]
+            store.save_with_events(
+                checkpoint(SID, seq, ctx), ctx[-1:], execution(SID, seq), [warning(f"e{seq}")]
+            )
+        report = salvage_session(store, SID, "copy")
+        assert report.skipped == [] and report.saves == 6 and report.events == 6
+        assert report.renumbered == [(1, 6, 1)]
+        old = msgspec.to_builtins(all_executions(store, SID))
+        new = msgspec.to_builtins(all_executions(store, "copy"))
+        assert [{**e, "session_id": SID} for e in new] == old
+        assert [b.items for b in all_batches(store, "copy")] == [
+            b.items for b in all_batches(store, SID)
+        ]
+        assert store.load("copy").context == ctx  # type: ignore[union-attr]
+    finally:
+        store.close()
