@@ -6,7 +6,7 @@ parent knows what was acknowledged (result: the event or checkpoint sequence, th
 child's sequence 0 for a fork, 1 or 0 for a delete). After the last one it writes
 "hang" and sleeps until it is killed.
 
-Usage: model_crash_child.py ROOT PLAN.json
+Usage: model_crash_child.py ROOT PLAN.json OPTIONS (journal.open's options, as JSON)
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ class Op(msgspec.Struct):
 
 
 def main() -> None:
-    root, plan_path = sys.argv[1], sys.argv[2]
+    root, plan_path, options = sys.argv[1], sys.argv[2], msgspec.json.decode(sys.argv[3])
     with open(plan_path, "rb") as f:
         plan = msgspec.json.decode(f.read(), type=list[Op])
-    store = journal.open(root, durability="os")
+    store = journal.open(root, **options)
     out = sys.stdout
     for i, op in enumerate(plan):
         if op.op == "append":

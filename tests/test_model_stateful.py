@@ -4,12 +4,16 @@ A hypothesis `RuleBasedStateMachine` runs one store (durability "os") through
 random programs of: saves that grow the context, rewrite it under a new epoch, or
 break a rule (a sequence that does not advance, a changed or truncated prefix, an
 epoch going back, a blank owner, a negative event time, an execution record whose
-times do not add up, an unsupported version); appends, alone, with
+times do not add up, an unsupported version, a Struct inside loose JSON); appends,
+alone, with
 `expected_latest`, and from 2-4 threads at once; forks (`fork_at` and `fork`
 with a caller-built child, clean or not); deletes of subtrees; state values;
-close and reopen; and a "crash": a child process runs the next few writes,
+close and reopen; a read-only store beside the writer; and a "crash": a child
+process runs the next few writes (appends, saves, a new session, a fork, a delete),
 reports each acknowledged one on a pipe, and is killed with SIGKILL, after which
-the store is reopened. `tests/model_contract.py` is the model.
+the store is reopened. Each program first draws the store's options: small
+segments (4 KiB: many per session) or not, at most 1 or 2 open sessions or the
+default, no read cache or the default. `tests/model_contract.py` is the model.
 
 Every write that must fail is checked to raise the error class the contract
 names and to change nothing. After every step the invariant reads everything
@@ -46,6 +50,7 @@ from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
+    initialize,
     invariant,
     precondition,
     rule,
@@ -186,9 +191,27 @@ class StoreMachine(RuleBasedStateMachine):
         super().__init__()
         self.tmp = tempfile.mkdtemp(prefix="journal-model-")
         self.root = os.path.join(self.tmp, "store")
-        self.store = journal.open(self.root, durability="os")
+        self.options: dict[str, Any] = {"durability": "os"}
+        self.store = journal.open(self.root, **self.options)
         self.model = Model()
         self.steps = 0
+
+    @initialize(
+        segment_bytes=st.sampled_from([None, 4096]),
+        max_open_sessions=st.sampled_from([None, 1, 2]),
+        read_cache_bytes=st.sampled_from([None, 0]),
+    )
+    def options_of_the_store(
+        self, segment_bytes: int | None, max_open_sessions: int | None, read_cache_bytes: int | None
+    ) -> None:
+        """Small segments (many per session), few open sessions, no read cache: or not."""
+        drawn = {
+            "segment_bytes": segment_bytes,
+            "max_open_sessions": max_open_sessions,
+            "read_cache_bytes": read_cache_bytes,
+        }
+        self.options.update({k: v for k, v in drawn.items() if v is not None})
+        self.reopen()
 
     def teardown(self) -> None:
         try:
@@ -589,14 +612,15 @@ class StoreMachine(RuleBasedStateMachine):
     @rule()
     def reopen(self) -> None:
         self.store.close()
-        self.store = journal.open(self.root, durability="os")
+        self.store = journal.open(self.root, **self.options)
 
     @precondition(lambda self: self.steps % 4 == 2)
     @rule()
     def read_only_view(self) -> None:
         """A read-only store opened beside the writer answers every read the same."""
         writer = self.store
-        self.store = journal.open(self.root, read_only=True)
+        options = {k: v for k, v in self.options.items() if k != "durability"}
+        self.store = journal.open(self.root, read_only=True, **options)
         try:
             self.check_everything()
         finally:
@@ -648,10 +672,10 @@ class StoreMachine(RuleBasedStateMachine):
         if not keep_open:
             self.store.close()
         lo = now()
-        acks = run_and_kill(self.root, plan_path, kill_after, count, self.tmp)
+        acks = run_and_kill(self.root, plan_path, kill_after, count, self.tmp, self.options)
         when = (lo, now())
         if not keep_open:
-            self.store = journal.open(self.root, durability="os")
+            self.store = journal.open(self.root, **self.options)
         for i, acked_seq in enumerate(acks):
             assert acked_seq == self.apply_planned(plan[i], when)
         done = len(acks)
@@ -691,7 +715,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.check_everything(catalog=not keep_open)
         if keep_open:
             self.store.close()
-            self.store = journal.open(self.root, durability="os")
+            self.store = journal.open(self.root, **self.options)
         # This process finishes the plan, as a writer retrying what was not acknowledged
         # would; the state after this rule is then the same however the kill fell.
         for op in plan[done:]:
@@ -787,14 +811,16 @@ class StoreMachine(RuleBasedStateMachine):
         self.check_journal_paging(sid, limit)
 
 
-def run_and_kill(root: str, plan_path: str, kill_after: int, count: int, tmp: str) -> list[int]:
+def run_and_kill(
+    root: str, plan_path: str, kill_after: int, count: int, tmp: str, options: dict[str, Any]
+) -> list[int]:
     """Run the plan in a child; kill it with SIGKILL once it acknowledged `kill_after`
     writes (after all of them, once it hangs). Returns every acknowledged sequence,
     in plan order, including those reported between the decision and the kill."""
     err_path = os.path.join(tmp, "child.err")
     with open(err_path, "wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, str(CHILD), root, plan_path],
+            [sys.executable, str(CHILD), root, plan_path, msgspec.json.encode(options).decode()],
             stdout=subprocess.PIPE,
             stderr=err,
         )
