@@ -5,9 +5,8 @@ random programs of: saves that grow the context, rewrite it under a new epoch, o
 break a rule (a sequence that does not advance, a changed or truncated prefix, an
 epoch going back, a blank owner, a negative event time, an execution record whose
 times do not add up, an unsupported version, a Struct inside loose JSON); appends,
-alone, with
-`expected_latest`, and from 2-4 threads at once; forks (`fork_at` and `fork`
-with a caller-built child, clean or not); deletes of subtrees; state values;
+alone, with `expected_latest`, and from 2-4 threads at once; forks (`fork_at` and
+`fork` with a caller-built child, clean or not); deletes of subtrees; state values;
 close and reopen; a read-only store beside the writer; and a "crash": a child
 process runs the next few writes (appends, saves, a new session, a fork, a delete),
 reports each acknowledged one on a pipe, and is killed with SIGKILL, after which
@@ -89,7 +88,7 @@ PAGE_ALL = 10_000
 
 # --- strategies ----------------------------------------------------------------------
 
-TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=6)
+TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=6)
 JSON = st.recursive(
     st.none()
     | st.booleans()
@@ -849,7 +848,7 @@ def run_and_kill(
     rest = buffer + proc.stdout.read()
     proc.stdout.close()
     lines.extend(line for line in rest.decode().split("\n") if line)
-    acks = []
+    acks: list[int] = []
     for line in lines:
         if line == "hang":
             continue
