@@ -24,14 +24,10 @@ from .cli_common import (
     size,
 )
 from .cli_read import Add
-from .errors import CorruptionError, LockTimeoutError, NotFoundError
+from .errors import CorruptionError, NotFoundError, SessionBusyError
 from .locks import FileLock
 from .naming import dir_name
 from .store import Store
-
-
-class SessionBusyError(LockTimeoutError):
-    """A command that must be the session's only writer found another process using it."""
 
 
 # --------------------------------------------------------------------- verify

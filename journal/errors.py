@@ -75,6 +75,11 @@ class LockTimeoutError(JournalError, TimeoutError):
         self.holder = holder
 
 
+class SessionBusyError(LockTimeoutError):
+    """A command that must be a session's only writer found another process using it
+    (holding its lock, or registered as its writer); the message names the holder."""
+
+
 class StorageError(JournalError, OSError):
     """The operating system refused an operation (disk full, permissions, ...).
 
@@ -95,6 +100,7 @@ __all__ = [
     "JournalError",
     "LockTimeoutError",
     "NotFoundError",
+    "SessionBusyError",
     "StorageError",
     "UnfinishedSessionError",
 ]
