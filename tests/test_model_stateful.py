@@ -12,7 +12,9 @@ process runs the next few writes (appends, saves, a new session, a fork, a delet
 reports each acknowledged one on a pipe, and is killed with SIGKILL, after which
 the store is reopened. Each program first draws the store's options: small
 segments (4 KiB: many per session) or not, at most 1 or 2 open sessions or the
-default, no read cache or the default. `tests/model_contract.py` is the model.
+default, no read cache or the default, no session dictionary or the default
+(large context items make sessions train one). `tests/model_contract.py`
+is the model.
 
 Every write that must fail is checked to raise the error class the contract
 names and to change nothing. After every step the invariant reads everything
@@ -101,7 +103,23 @@ JSON = st.recursive(
 ITEM = (
     st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": TEXT}) | JSON
 )
-ITEMS = st.lists(ITEM, max_size=3)
+VOCABULARY = [
+    f"{a}{b}"
+    for a in ("tool", "call", "error", "retry", "libssl", "CI", "ok", "run")
+    for b in range(32)
+]
+
+
+def big_item(n: int) -> dict[str, Any]:
+    """About 1.5-6 KiB of text, 0.5-2 KiB compressed: a few such saves fill a 4 KiB
+    segment, and a session reaches the 32 KiB after which it trains a dictionary."""
+    rng = random.Random(n)
+    words = rng.choices(VOCABULARY, k=rng.randint(200, 800))
+    return {"role": "assistant", "content": " ".join(words), "n": n}
+
+
+BIG_ITEM = st.integers(0, 2**32).map(big_item)
+ITEMS = st.lists(ITEM | ITEM | BIG_ITEM, max_size=3)
 TIMESTAMP = st.integers(0, 2**41)
 SUB = st.sampled_from(["u1", "u2"]) | st.none()
 EVENT = st.one_of(
@@ -199,15 +217,22 @@ class StoreMachine(RuleBasedStateMachine):
         segment_bytes=st.sampled_from([None, 4096]),
         max_open_sessions=st.sampled_from([None, 1, 2]),
         read_cache_bytes=st.sampled_from([None, 0]),
+        dictionary=st.sampled_from([None, False]),
     )
     def options_of_the_store(
-        self, segment_bytes: int | None, max_open_sessions: int | None, read_cache_bytes: int | None
+        self,
+        segment_bytes: int | None,
+        max_open_sessions: int | None,
+        read_cache_bytes: int | None,
+        dictionary: bool | None,
     ) -> None:
-        """Small segments (many per session), few open sessions, no read cache: or not."""
+        """Small segments (many per session), few open sessions, no read cache, no
+        session dictionary: or not."""
         drawn = {
             "segment_bytes": segment_bytes,
             "max_open_sessions": max_open_sessions,
             "read_cache_bytes": read_cache_bytes,
+            "dictionary": dictionary,
         }
         self.options.update({k: v for k, v in drawn.items() if v is not None})
         self.reopen()
@@ -239,7 +264,10 @@ class StoreMachine(RuleBasedStateMachine):
         self, data: st.DataObject, sid: str, mode: str
     ) -> tuple[Checkpoint, list[Any], ExecutionRecord | None, list[TimestampedEvent]]:
         s = self.model.sessions.get(sid)
-        new_items = data.draw(ITEMS, label="new items")
+        if mode == "long":
+            new_items = data.draw(st.lists(BIG_ITEM, min_size=1, max_size=2), label="big items")
+        else:
+            new_items = data.draw(ITEMS, label="new items")
         if s is None:
             cp = Checkpoint.empty(sid, owner_id=OWNERS[0])
             cp.sequence = data.draw(st.integers(0, 3), label="first sequence")
@@ -304,7 +332,9 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), mode=st.sampled_from(SAVE_MODES))
     def save(self, data: st.DataObject, mode: str) -> None:
-        sid = self.some(data)
+        self.save_to(data, self.some(data), mode)
+
+    def save_to(self, data: st.DataObject, sid: str, mode: str) -> None:
         cp, delta, execution, events = self.build_save(data, sid, mode)
         expected_error = self.model.save_error(cp, execution, events)
         breaks = ("blank_owner", "negative_time", "bad_execution", "bad_version", "struct_in_json")
@@ -336,6 +366,15 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(data=st.data(), mode=st.sampled_from(SAVE_MODES))
     def save_even_more(self, data: st.DataObject, mode: str) -> None:
         self.save(data, mode)
+
+    @precondition(lambda self: self.model.sessions)
+    @rule(data=st.data(), count=st.integers(5, 15))
+    def long_history(self, data: st.DataObject, count: int) -> None:
+        """Many growing saves with large items on one session: several segments, and
+        a session dictionary once 32 KiB of payloads were written."""
+        sid = self.existing(data)
+        for _ in range(count):
+            self.save_to(data, sid, "long")
 
     # ----------------------------------------------------------------- events
     @rule(
