@@ -264,6 +264,7 @@ class StoreMachine(RuleBasedStateMachine):
         self, data: st.DataObject, sid: str, mode: str
     ) -> tuple[Checkpoint, list[Any], ExecutionRecord | None, list[TimestampedEvent]]:
         s = self.model.sessions.get(sid)
+        new_items: list[Any]
         if mode == "long":
             new_items = data.draw(st.lists(BIG_ITEM, min_size=1, max_size=2), label="big items")
         else:
