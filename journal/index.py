@@ -34,10 +34,10 @@ from .errors import StorageError
 INDEX_MAGIC = b"JRNLIDX\x00"
 # 3: the header records how far the log was durable (files of versions 1 and 2 are rebuilt)
 INDEX_VERSION = 3
-# magic, version, kind, covered, count, anchor_pos, anchor_crc, durable, crc, reserved
-INDEX_HEADER = struct.Struct("<8sHHQQQIQI4x")
+# magic, version, kind, covered, count, anchor_pos, anchor_crc, durable, origin, crc
+INDEX_HEADER = struct.Struct("<8sHHQQQIQII")
 INDEX_HEADER_SIZE = INDEX_HEADER.size  # 56
-_HEADER_CRC_END = 48
+_HEADER_CRC_END = 52
 DENSE = struct.Struct("<QII")
 SPARSE = struct.Struct("<QQII")
 
@@ -74,17 +74,18 @@ def pack_sparse(i: int, key: int, pos: int, size: int) -> bytes:
 
 
 def encode_index_header(
-    kind: int, covered: int, count: int, anchor: tuple[int, int], durable: int
+    kind: int, covered: int, count: int, anchor: tuple[int, int], durable: int, origin: int
 ) -> bytes:
     fields = (INDEX_MAGIC, INDEX_VERSION, kind, covered, count, anchor[0], anchor[1], durable)
-    raw = INDEX_HEADER.pack(*fields, 0)
-    return INDEX_HEADER.pack(*fields, zlib.crc32(raw[:_HEADER_CRC_END]))
+    raw = INDEX_HEADER.pack(*fields, origin, 0)
+    return INDEX_HEADER.pack(*fields, origin, zlib.crc32(raw[:_HEADER_CRC_END]))
 
 
 class FileEvidence(NamedTuple):
     """What a sound index header says about the log, whether or not its anchor holds."""
 
     durable: int  # the log position its writer knew to be synced
+    origin: int  # the session directory it was written in (`session.origin_of`)
     entries: int  # for the events index, the highest event sequence it covered
     last_key: int  # the key of its last entry (-1: none, or the entry does not check)
 
@@ -100,9 +101,8 @@ def read_evidence(path: str, kind: int) -> FileEvidence | None:
             head = f.read(INDEX_HEADER_SIZE)
             if len(head) != INDEX_HEADER_SIZE:
                 return None
-            magic, version, got_kind, covered, count, _, _, durable, crc = INDEX_HEADER.unpack(
-                head
-            )
+            fields = INDEX_HEADER.unpack(head)
+            magic, version, got_kind, covered, count, _, _, durable, origin, crc = fields
             if (
                 magic != INDEX_MAGIC
                 or version != INDEX_VERSION
@@ -121,7 +121,7 @@ def read_evidence(path: str, kind: int) -> FileEvidence | None:
                         last_key = key
     except OSError:
         return None
-    return FileEvidence(durable, count, last_key)
+    return FileEvidence(durable, origin, count, last_key)
 
 
 class Index:
@@ -137,6 +137,7 @@ class Index:
         self.file_covered = 0  # log position the flushed entries reflect
         self.file_anchor = (0, 0)  # (position, crc) of the commit record ending at file_covered
         self.file_durable = 0  # log position the file's writer knew to be synced
+        self.file_origin = 0  # the session directory the file was written in
         self.covered = 0  # log position that flushed + pending entries reflect
         # pending tail, as parallel arrays (compact even for long-lived readers)
         self._keys = array("Q")
@@ -165,6 +166,7 @@ class Index:
         self.file_covered = 0
         self.file_anchor = (0, 0)
         self.file_durable = 0
+        self.file_origin = 0
         self.covered = 0
         self._keys, self._pos = array("Q"), array("Q")
         self._size, self._flags = array("I"), array("I")
@@ -188,7 +190,9 @@ class Index:
         head = os.pread(fd, INDEX_HEADER_SIZE, 0)
         if len(head) != INDEX_HEADER_SIZE:
             return False
-        magic, version, kind, covered, count, apos, acrc, durable, crc = INDEX_HEADER.unpack(head)
+        magic, version, kind, covered, count, apos, acrc, durable, origin, crc = (
+            INDEX_HEADER.unpack(head)
+        )
         if (
             magic != INDEX_MAGIC
             or version != INDEX_VERSION
@@ -202,6 +206,7 @@ class Index:
         self.file_covered = covered
         self.file_anchor = (apos, acrc)
         self.file_durable = durable
+        self.file_origin = origin
         self.covered = covered
         return True
 
@@ -373,7 +378,7 @@ class Index:
         return None
 
     # ------------------------------------------------------------ persistence
-    def flush(self, covered: int, anchor: tuple[int, int], durable: int) -> None:
+    def flush(self, covered: int, anchor: tuple[int, int], durable: int, origin: int) -> None:
         """Write pending entries and flag changes, then the header (no fsync: a cache).
 
         `durable` is the log position up to which the log is known synced (at most
@@ -385,6 +390,7 @@ class Index:
             and not self._dirty_flags
             and covered == self.file_covered
             and durable <= self.file_durable
+            and origin == self.file_origin
         ):
             return
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -407,7 +413,7 @@ class Index:
                     fd, pack_dense(i, pos, size, flags), INDEX_HEADER_SIZE + i * esz, self.path
                 )
             count = self.count
-            header = encode_index_header(self.kind, covered, count, anchor, durable)
+            header = encode_index_header(self.kind, covered, count, anchor, durable, origin)
             fsio.pwrite(fd, header, 0, self.path)
         finally:
             os.close(fd)
@@ -415,6 +421,7 @@ class Index:
         self.file_covered = covered
         self.file_anchor = anchor
         self.file_durable = durable
+        self.file_origin = origin
         self._keys, self._pos = array("Q"), array("Q")
         self._size, self._flags = array("I"), array("I")
         self._dirty_flags.clear()

@@ -969,6 +969,18 @@ class Log:
         finally:
             os.close(fd)
 
+    def sync_segments(self) -> None:
+        """(under the session lock) Sync every segment and the log directory, and note
+        the log durable to its end: for a copied log, whose files nobody synced here."""
+        for seg in self.list_segments():
+            fsio.sync_path(seg.path, data_only=True)
+        fsio.sync_dir(self.dir)
+        w = self._writer
+        if w is not None:
+            with w.lock:
+                w.synced_end = max(w.synced_end, w.data_end)
+                self.note_durable(w.data_end)
+
     def finish_seal(self, end: int) -> None:
         """Complete a roll a crash interrupted (tail "unsealed"): the segment whose
         data ends at `end` gets its SEAL record, durably (under the session lock)."""

@@ -190,7 +190,8 @@ def _plan(
         evidence = read_evidence(os.path.join(directory, name), kind)
         if evidence is None:
             continue
-        lost_to = max(lost_to, evidence.durable)
+        if evidence.origin == sess.origin:
+            lost_to = max(lost_to, evidence.durable)
         if kind == KIND_EVENTS:
             events = max(events, evidence.entries)
         else:
@@ -201,7 +202,8 @@ def _plan(
         )
         events = max(events, head.event_counter)
         checkpoints = max(checkpoints, head.sequence, head.sequence_floor)
-        lost_to = max(lost_to, head.durable)
+        if head.origin == sess.origin:
+            lost_to = max(lost_to, head.durable)
     except (JournalError, msgspec.DecodeError, OSError):
         pass
     for commit in scan(sess.log.dir, after=cut - 1).commits:

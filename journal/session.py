@@ -20,8 +20,10 @@ import contextlib
 import copy
 import dataclasses
 import os
+import struct
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -148,6 +150,9 @@ class Head(msgspec.Struct):
     # Log position known synced when this snapshot was written (at most `covered`):
     # a log that no longer reaches it has lost committed data (FORMAT.md section 5).
     durable: int = 0
+    # The session directory this snapshot was written in (`origin_of`): `durable` is
+    # evidence only there, not in a copy made at another moment than its log.
+    origin: int = 0
     # The highest checkpoint sequence known saved before an accepted loss (LOSS
     # records): a save must go past it. -1: none.
     sequence_floor: int = -1
@@ -292,6 +297,7 @@ class Session:
         # (a private directory is not published: nothing to tell its incarnation from)
         self._identity_key = _file_key(self.identity_path) if private is None else None
         self.identity = self._read_identity() if private is None else private
+        self.origin = origin_of(self._identity_key)
         if self.identity.session_id != session_id:
             raise CorruptionError(
                 f"session directory belongs to {self.identity.session_id!r}, not {session_id!r}",
@@ -556,7 +562,8 @@ class Session:
         head = self._load_snapshot()
         for idx in self.indexes.values():
             if idx.load():
-                self._claim_durable(idx.file_durable, idx.path)
+                if idx.file_origin == self.origin:
+                    self._claim_durable(idx.file_durable, idx.path)
                 if not self._anchor_ok(idx.file_covered, idx.file_anchor):
                     idx.reset()
         if head is not None:
@@ -577,7 +584,7 @@ class Session:
             return None
         except (JournalError, msgspec.DecodeError):
             return None  # a damaged cache is rebuilt from the log, never an error
-        if head.durable <= head.covered:
+        if head.durable <= head.covered and head.origin == self.origin:
             self._claim_durable(head.durable, path)
         if not self._anchor_ok(head.covered, (head.anchor_pos, head.anchor_crc)):
             return None
@@ -1231,11 +1238,13 @@ class Session:
             return (
                 self._snapshot_covered == covered
                 and self.head.durable >= durable
+                and self.head.origin == self.origin
                 and not (self.log.has_writer() and self.log.durable_to < covered)
                 and all(
                     i.pending == 0
                     and i.file_covered == covered
                     and i.file_durable >= durable
+                    and i.file_origin == self.origin
                     and not i.doubt
                     for i in self.indexes.values()
                 )
@@ -1247,7 +1256,17 @@ class Session:
         names a durable position the log no longer reaches proves a loss."""
         if self.log.has_writer():
             self.log.wait_durable(self.head.covered)
+            if self._durable_known() < self.head.covered and self._caches_foreign():
+                # A copy's first caches of its own: its files were copied without a
+                # sync, so sync them all once, and the caches can say so.
+                self.log.sync_segments()
         self._write_caches()
+
+    def _caches_foreign(self) -> bool:
+        """Were the cache files written in another directory (this one is a copy)?"""
+        return self.head.origin != self.origin or any(
+            i.file_origin != self.origin for i in self.indexes.values()
+        )
 
     def _durable_known(self) -> int:
         """The furthest log position known synced: by this writer, or by a cache's
@@ -1258,6 +1277,7 @@ class Session:
         with self._state_lock:
             self._flush_indexes()
             self.head.durable = min(self._durable_known(), self.head.covered)
+            self.head.origin = self.origin
             raw = _encode(self.head)
             write_meta(os.path.join(self.dir, SNAPSHOT_FILE), KIND_SNAPSHOT, raw, durable=False)
             self._snapshot_covered = self.head.covered
@@ -1267,7 +1287,7 @@ class Session:
         anchor = (self.head.anchor_pos, self.head.anchor_crc)
         durable = self._durable_known()
         for idx in self.indexes.values():
-            idx.flush(self.head.covered, anchor, durable)
+            idx.flush(self.head.covered, anchor, durable, self.origin)
 
     def _joined_context(self) -> bytearray:
         """`b"".join(head.context)`, kept between saves (writers hold the lock).
@@ -2036,6 +2056,26 @@ def open_log(directory: str) -> Log:
         segment_bytes=1 << 62,
         label=os.path.basename(directory),
     )
+
+
+def origin_of(identity_key: tuple[int, int, int] | None) -> int:
+    """What the caches of a session directory record as the directory they were
+    written in: CRC-32 of its identity file's inode number and change time (1 when
+    the CRC is 0; 0 for a directory not published yet). A copy (`cp -a`, rsync, an
+    import) has a new identity file, so caches copied with it are not evidence of
+    how far the copied log reached: they may have been copied at another moment."""
+    if identity_key is None:
+        return 0
+    _, inode, ctime = identity_key
+    return zlib.crc32(struct.pack("<QQ", inode, ctime & ((1 << 64) - 1))) or 1
+
+
+def directory_origin(directory: str) -> int:
+    """`origin_of` the session directory at `directory` (0 when it has no identity)."""
+    try:
+        return origin_of(_file_key(os.path.join(directory, IDENTITY_FILE)))
+    except StorageError:
+        return 0
 
 
 def _file_key(path: str) -> tuple[int, int, int] | None:

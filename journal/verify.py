@@ -40,6 +40,7 @@ from .session import (
     Head,
     SessionIdentity,
     compacted_stub,
+    directory_origin,
 )
 
 SEVERITY_DATA = "data"  # the log or an identity/state file is damaged, or data was lost
@@ -175,15 +176,16 @@ def describe_loss(note: LossPayload) -> str:
 
 def _lost_by_evidence(directory: str, sid: str | None, report: SessionReport) -> Finding | None:
     """A cache that records a durable position the log no longer reaches proves a loss."""
+    origin = directory_origin(directory)
     claims: list[tuple[int, str]] = []
     for kind, name in INDEX_FILES.items():
         evidence = read_evidence(os.path.join(directory, name), kind)
-        if evidence is not None:
+        if evidence is not None and evidence.origin == origin:
             claims.append((evidence.durable, name))
     path = os.path.join(directory, SNAPSHOT_FILE)
     try:
         head = msgspec.msgpack.decode(read_meta(path, KIND_SNAPSHOT), type=Head)
-        if head.durable <= head.covered:
+        if head.durable <= head.covered and head.origin == origin:
             claims.append((head.durable, SNAPSHOT_FILE))
     except (JournalError, msgspec.DecodeError, OSError):
         pass

@@ -29,6 +29,7 @@ import msgspec
 import pytest
 
 import journal
+from journal.log import SEAL_RECORD
 from journal.metafile import KIND_IDENTITY, read_meta
 from journal.session import IDENTITY_FILE, SessionIdentity
 from journal.types import (
@@ -141,12 +142,27 @@ def writer(root: Path, seed: int) -> None:
 
 
 def copy_tree(src: Path, dst: Path) -> None:
-    """`cp -a` of a live store. Files that vanish while cp runs (temporary files renamed
-    into place, directories being published) are expected; any other error is not."""
+    """`cp -a` of a live store, then what the README says to do when the copy caught a
+    segment roll: copy again the segments that the copy's last SEALs name. Such a copy
+    holds a sealed segment but not the next one (made before the SEAL, but after cp
+    listed the directory), and reads as a loss until it has it. Files that vanish
+    while cp runs (temporary files renamed into place, directories being published)
+    are expected; any other error is not."""
     proc = subprocess.run(["cp", "-a", str(src), str(dst)], capture_output=True, text=True)
     if proc.returncode != 0:
         bad = [ln for ln in proc.stderr.splitlines() if "No such file or directory" not in ln]
         assert not bad, f"cp -a failed: {proc.stderr}"
+    for log in dst.glob("sessions/*/log"):
+        while True:
+            last = max(log.glob("*.seg"))
+            data = last.read_bytes()
+            if not data.endswith(SEAL_RECORD):
+                break
+            base = int(last.name[:20]) + len(data) - 32
+            name = f"{base:020d}.seg"
+            source = src / log.relative_to(dst) / name
+            assert source.exists(), f"{name} is missing in the source too: a real loss"
+            shutil.copy2(source, log / name)
 
 
 def session_ids(root: Path) -> list[str]:

@@ -155,6 +155,13 @@ def test_damage_keeps_the_four_promises(
     src, last, first = pristine[shape]
     root = str(tmp_path / "store")
     shutil.copytree(src, root)
+    # The copy's next user writes its caches for this directory (FORMAT.md section 5):
+    # from then on they are evidence here, as in the directory that wrote them.
+    settle = journal.open(root)
+    try:
+        settle.load(SID)
+    finally:
+        settle.close()
     _damage(_target(root, which), how)
 
     # 1. detected: never "ok"

@@ -82,10 +82,22 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, int]:
     return root, last
 
 
+def settle_copy(root: str) -> None:
+    """Open a copied store and use the session, as its next user would: a store
+    rewrites the caches of a copy for its own directory (FORMAT.md section 5), after
+    which they are evidence there."""
+    store = journal.open(root, segment_bytes=SEGMENT_BYTES)
+    try:
+        store.load(SID)
+    finally:
+        store.close()
+
+
 @pytest.fixture
 def copy(pristine: tuple[str, int], tmp_path: Any) -> tuple[str, int]:
     root = str(tmp_path / "store")
     shutil.copytree(pristine[0], root)
+    settle_copy(root)
     return root, pristine[1]
 
 
