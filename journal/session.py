@@ -649,24 +649,23 @@ class Session:
                 return state
             ahead = max([self.head.covered] + [i.covered for i in self.indexes.values()])
             claimed, claimed_by = self.durable_claim
+            missing = None
             if state.end < claimed and state.tail != "damaged":
-                err = CorruptionError(
-                    f"session {self.id!r}: committed data is missing: the log ends at"
-                    f" position {state.end}, but {os.path.basename(claimed_by)} records it"
-                    f" durable up to position {claimed} (a segment removed or truncated);"
-                    " `journal salvage` copies what is left, `journal repair --accept-loss`"
-                    " makes the session writable again",
-                    path=state.path or self.log.dir,
-                    offset=state.stop_offset if state.path else None,
+                missing = (
+                    f"committed data is missing: the log ends at position {state.end}, but"
+                    f" {os.path.basename(claimed_by)} records it durable up to position"
+                    f" {claimed} (a segment removed or truncated); `journal salvage` copies"
+                    " what is left, `journal repair --accept-loss` makes the session"
+                    " writable again"
                 )
-                self.damage, self.damage_end = err, state.end
-                self.log.forget_cached()
-                if not tolerate:
-                    raise err
             elif state.end < ahead:
+                missing = (
+                    f"the log cannot be read up to position {ahead}, which was committed"
+                    f" ({state.detail or 'data is missing'})"
+                )
+            if missing is not None:
                 err = CorruptionError(
-                    f"session {self.id!r}: the log cannot be read up to position {ahead},"
-                    f" which was committed ({state.detail or 'data is missing'})",
+                    f"session {self.id!r}: {missing}",
                     path=state.path or self.log.dir,
                     offset=state.stop_offset if state.path else None,
                 )

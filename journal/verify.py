@@ -319,26 +319,13 @@ def _scan(
     report.log_bytes = state.end
     if state.tail == "corrupt":
         findings.append(Finding(SEVERITY_DATA, sid, state.path, state.file_offset, state.detail))
-    elif state.tail == "unsealed":
-        findings.append(
-            Finding(
-                SEVERITY_TAIL,
-                sid,
-                state.path,
-                state.file_offset,
-                f"a segment roll that did not finish ({state.detail}); nothing was lost",
-            )
-        )
-    elif state.tail == "torn":
-        findings.append(
-            Finding(
-                SEVERITY_TAIL,
-                sid,
-                state.path,
-                state.file_offset,
-                f"unfinished final commit ({state.detail})",
-            )
-        )
+    else:
+        unfinished = {
+            "unsealed": f"a segment roll that did not finish ({state.detail}); nothing was lost",
+            "torn": f"unfinished final commit ({state.detail})",
+        }.get(state.tail)
+        if unfinished is not None:
+            findings.append(Finding(SEVERITY_TAIL, sid, state.path, state.file_offset, unfinished))
     return expected
 
 
