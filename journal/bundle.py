@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import tarfile
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -145,9 +146,14 @@ def export_sessions(
     *,
     with_ancestors: bool = False,
     overwrite: bool = False,
+    salvage: bool = False,
     progress: Progress | None = None,
 ) -> ExportReport:
     """Write the sessions (and with `with_ancestors` their fork parents) to one bundle.
+
+    With `salvage`, a damaged session is not refused: the bundle holds what
+    `journal.salvage` copies of it (every commit that still verifies), and its
+    manifest entry's `salvaged` says what is missing, which `import` reports.
 
     Refused before anything is written when a session does not exist
     (`NotFoundError`), when `out_path` exists and `overwrite` is false or its
@@ -199,11 +205,64 @@ def export_sessions(
         damage = find_damage(os.path.join(sessions_root, dir_name(sid)))
         if damage is not None:
             damaged.append((sid, damage))
-    if damaged:
-        raise DamagedSessionsError(damaged)
+    with tempfile.TemporaryDirectory(prefix="journal-salvage-") as scratch:
+        salvaged: dict[str, tuple[str, dict[str, Any]]] = {}
+        if damaged and salvage:
+            damaged = _salvage_all(root, damaged, scratch, salvaged, progress)
+        if damaged:
+            raise DamagedSessionsError(damaged)
+        return _publish_bundle(root, chosen, out_path, out_dir, salvaged, progress)
+
+
+def _salvage_all(
+    root: str,
+    damaged: list[tuple[str, CorruptionError]],
+    scratch: str,
+    salvaged: dict[str, tuple[str, dict[str, Any]]],
+    progress: Progress | None,
+) -> list[tuple[str, CorruptionError]]:
+    """Salvage each damaged session into a scratch store of its own; return those
+    of which nothing could be salvaged."""
+    from .salvage import salvage_directory
+    from .store import Store
+
+    left: list[tuple[str, CorruptionError]] = []
+    for n, (sid, damage) in enumerate(damaged):
+        if progress:
+            progress(f"salvage {sid}")
+        scratch_root = os.path.join(scratch, str(n))
+        with Store(scratch_root) as scratch_store:
+            try:
+                got = salvage_directory(
+                    os.path.join(root, "sessions", dir_name(sid)), sid, scratch_store, sid
+                )
+            except CorruptionError as exc:
+                left.append((sid, exc))
+                continue
+        salvaged[sid] = (
+            scratch_root,
+            {
+                "damage": str(damage),
+                "checkpoints_copied": got.saves,
+                "events_copied": got.events,
+                "renumbered": got.renumbered,
+                "skipped": got.skipped,
+            },
+        )
+    return left
+
+
+def _publish_bundle(
+    root: str,
+    chosen: list[str],
+    out_path: str,
+    out_dir: str,
+    salvaged: dict[str, tuple[str, dict[str, Any]]],
+    progress: Progress | None,
+) -> ExportReport:
     tmp_out = os.path.join(out_dir, f".{os.path.basename(out_path)}.tmp.{uuid.uuid4().hex[:8]}")
     try:
-        report = _write_bundle(root, chosen, tmp_out, out_path, progress)
+        report = _write_bundle(root, chosen, tmp_out, out_path, salvaged, progress)
         with open(tmp_out, "rb") as f:
             fsio.sync_file(f.fileno(), tmp_out)
         fsio.replace(tmp_out, out_path)
@@ -220,9 +279,13 @@ def export_sessions(
 
 
 def _write_bundle(
-    root: str, chosen: list[str], tmp_out: str, out_path: str, progress: Progress | None
+    root: str,
+    chosen: list[str],
+    tmp_out: str,
+    out_path: str,
+    salvaged: dict[str, tuple[str, dict[str, Any]]],
+    progress: Progress | None,
 ) -> ExportReport:
-    sessions_root = os.path.join(root, "sessions")
     report = ExportReport(out_path)
     manifest: dict[str, Any] = {
         "format": BUNDLE_FORMAT,
@@ -237,7 +300,8 @@ def _write_bundle(
         tarfile.open(fileobj=zout, mode="w|", format=tarfile.PAX_FORMAT) as tar,
     ):
         for sid in chosen:
-            directory = os.path.join(sessions_root, dir_name(sid))
+            base, note = salvaged.get(sid, (root, None))
+            directory = os.path.join(base, "sessions", dir_name(sid))
             if progress:
                 progress(f"export {sid}")
             ident, files, state = _session_files(directory)
@@ -249,9 +313,11 @@ def _write_bundle(
                 "log_bytes": state.end,
                 "files": [],
             }
+            if note is not None:
+                entry["salvaged"] = note
             for path, limit in files:
                 size = os.path.getsize(path) if limit < 0 else limit
-                arc = os.path.relpath(path, root)
+                arc = os.path.relpath(path, base)
                 entry["files"].append(_add(tar, path, arc, size))
                 report.bytes_in += size
             manifest["sessions"].append(entry)
@@ -291,6 +357,8 @@ def _add(tar: tarfile.TarFile, path: str, arc: str, size: int) -> dict[str, Any]
 class ImportReport:
     installed: list[tuple[str, str]] = field(default_factory=list)  # (original id, new id)
     state_scopes: list[str] = field(default_factory=list)
+    # (new id, the manifest's `salvaged` note): sessions exported with parts missing
+    salvaged: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
 def import_bundle(
@@ -368,6 +436,8 @@ def _import(
             store.registry.note(os.path.basename(dst))
             installed_dirs.append(os.path.basename(dst))
             report.installed.append((sid, new_id))
+            if entry.get("salvaged"):
+                report.salvaged.append((new_id, entry["salvaged"]))
         for entry in manifest.get("state", []):
             scope = renames.get(entry["scope"], entry["scope"])
             src_dir = os.path.join(work, "state", entry["dir"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 import msgspec
 
@@ -32,7 +33,7 @@ def cmd_accept_loss(args: argparse.Namespace, out: Output, directory: str) -> in
             {
                 "session": args.session,
                 "refused": report.refused or None,
-                "loss": msgspec.to_builtins(report.payload) if report.payload else None,
+                "loss": _as_map(report.payload) if report.payload else None,
                 "kept": report.kept,
                 "rewritten": report.rewritten,
             }
@@ -57,6 +58,17 @@ def cmd_accept_loss(args: argparse.Namespace, out: Output, directory: str) -> in
         f" {max(p.checkpoints_through, p.checkpoint_kept)}"
     )
     return EXIT_OK
+
+
+def _as_map(struct: msgspec.Struct) -> dict[str, Any]:
+    """An array-like payload struct as a JSON object with its field names."""
+    out: dict[str, Any] = {}
+    for name in struct.__struct_fields__:
+        value = getattr(struct, name)
+        if isinstance(value, list):
+            value = [_as_map(v) if isinstance(v, msgspec.Struct) else v for v in value]
+        out[name] = value
+    return out
 
 
 def cmd_salvage(args: argparse.Namespace, out: Output) -> int:

@@ -201,6 +201,7 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
             args.output,
             with_ancestors=args.with_ancestors,
             overwrite=args.force,
+            salvage=args.salvage,
             progress=progress,
         )
     except DamagedSessionsError as exc:
@@ -217,7 +218,21 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
             f"exported {plural(len(report.sessions), 'session')} ({names};"
             f" {size(report.bytes_in)} of logs) to {report.path} ({size(report.bytes_out)})"
         )
+        for e in report.sessions:
+            if e.get("salvaged"):
+                print_salvaged(e["session_id"], e["salvaged"])
     return EXIT_OK
+
+
+def print_salvaged(sid: str, note: dict[str, Any]) -> None:
+    """What a bundle's `salvaged` note says of a session: what was damaged, copied, left."""
+    print(
+        f"{sid!r} was damaged ({note['damage']}); salvaged"
+        f" {plural(note['checkpoints_copied'], 'checkpoint')} and"
+        f" {plural(note['events_copied'], 'event')} (the copy numbers its events itself)"
+    )
+    for part in note["skipped"]:
+        print(f"  missing: {part}")
 
 
 def cmd_import(args: argparse.Namespace, out: Output) -> int:
@@ -232,6 +247,8 @@ def cmd_import(args: argparse.Namespace, out: Output) -> int:
     else:
         for old, new in report.installed:
             print(f"imported {old}" + (f" as {new}" if new != old else ""))
+        for sid, note in report.salvaged:
+            print_salvaged(sid, note)
     return EXIT_OK
 
 
@@ -372,6 +389,12 @@ def add_parsers(add: Add) -> None:
     p.add_argument("-o", "--output", required=True, help="bundle file to write")
     p.add_argument("--force", action="store_true", help="overwrite the output file if it exists")
     p.add_argument("--with-ancestors", action="store_true", help="include the fork parents")
+    p.add_argument(
+        "--salvage",
+        action="store_true",
+        help="bundle what still verifies of a damaged session (as `journal salvage`) instead"
+        " of refusing it; the bundle records what is missing and import shows it",
+    )
     p = add("import", cmd_import, "verify a bundle and install its sessions")
     p.add_argument("bundle", metavar="FILE", help="a bundle written by export")
     p.add_argument("--rename", action="store_true", help="import colliding ids under new ids")

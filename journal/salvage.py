@@ -285,13 +285,19 @@ class _Copier:
 
 def salvage_session(store: Any, session_id: str, new_id: str) -> SalvageReport:
     """Copy every verifiable commit of `session_id` (damaged or not) into the new
-    session `new_id`, and report what could not be copied."""
-    if store.read_only:
-        raise InvalidInputError("salvage writes a new session: open the store writable")
+    session `new_id` of the same store, and report what could not be copied."""
     directory = store.session_dir(session_id)
-    log_dir = os.path.join(directory, LOG_DIR)
     if not os.path.isdir(directory):
         raise NotFoundError(f"session does not exist: {session_id!r}")
+    return salvage_directory(directory, session_id, store, new_id)
+
+
+def salvage_directory(directory: str, session_id: str, store: Any, new_id: str) -> SalvageReport:
+    """`salvage_session` of the session directory `directory` (of any store, or
+    none), into the session `new_id` of `store`."""
+    if store.read_only:
+        raise InvalidInputError("salvage writes a new session: open the store writable")
+    log_dir = os.path.join(directory, LOG_DIR)
     if os.path.exists(store.session_dir(new_id)):
         raise InvalidInputError(f"session {new_id!r} exists already: choose another id")
     report = SalvageReport(session_id, new_id)
