@@ -271,23 +271,19 @@ def test_power_loss_in_os_mode(tmp_path: Any) -> None:
 
     Each session shows its state after some earlier call: a suffix of its calls may
     be lost, nothing is partial, and the store opens and takes new writes. A state
-    value (one file, replaced by rename without fsync in this mode) may also come
-    back empty or torn: that must be reported as CorruptionError, never returned.
+    value comes back as some earlier value, never unreadable: in this mode its temp
+    file is synced before the rename (docs/durability.md).
     """
     print(f"JOURNAL_LOSTWRITES_SEED={SEED}")
     root = str(tmp_path / "store")
     states, images = run_recorded(root, str(tmp_path / "images"), SEED + 1, "os")
-    lost = damaged_state = 0
+    lost = 0
     for k, img in enumerate(images):
         store = journal.open(img.path, durability="os", segment_bytes=SEGMENT_BYTES)
         try:
             seen = observe(store, SESSIONS)  # no listing: sessions may lose different calls
             for scope, key in STATE_KEYS:
-                try:
-                    seen[f"state:{scope}:{key}"] = store.load_state(scope, key)
-                except journal.CorruptionError as exc:
-                    assert exc.path is not None and os.path.basename(exc.path).startswith(key)
-                    damaged_state += 1
+                seen[f"state:{scope}:{key}"] = store.load_state(scope, key)
         finally:
             store.close()
         last = img.step + 1 if img.in_flight else img.step
@@ -299,7 +295,7 @@ def test_power_loss_in_os_mode(tmp_path: Any) -> None:
             continue_writing(img.path, seen)
         shutil.rmtree(img.path)
     assert lost > 0, "some unsynced calls should have been lost (else this tests nothing)"
-    print(f"os mode: {lost} lost calls, {damaged_state} state values reported damaged")
+    print(f"os mode: {lost} lost calls")
 
 
 def test_torn_final_write(tmp_path: Any) -> None:
