@@ -155,7 +155,7 @@ def cmd_repair(args: argparse.Namespace, out: Output) -> int:
         from .cli_damage import cmd_accept_loss
 
         return cmd_accept_loss(args, out, directory)
-    report = repair_session(directory, args.session, cut_at_damage=args.cut_at_damage)
+    report = repair_session(directory, args.session)
     if report.dropped and not report.refused:
         # The catalog may list what was cut (summary, execution copies): re-derive it.
         with Store(args.root) as store:
@@ -369,13 +369,13 @@ def add_parsers(add: Add) -> None:
         metavar="ROOT|SESSION",
         help="a store directory and/or session ids (default: every session of --root)",
     )
-    p = add("repair", cmd_repair, "cut an unfinished tail and rebuild caches (saves what it cuts)")
-    p.add_argument("session", help="session id (no other process may be using it)")
-    p.add_argument(
-        "--cut-at-damage",
-        action="store_true",
-        help="also cut a damaged record in the newest segment and all after it",
+    p = add(
+        "repair",
+        cmd_repair,
+        "cut an unfinished tail and rebuild caches (saves what it cuts); refuses damage"
+        " unless --accept-loss",
     )
+    p.add_argument("session", help="session id (no other process may be using it)")
     p.add_argument(
         "--accept-loss",
         action="store_true",

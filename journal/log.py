@@ -554,6 +554,17 @@ class Log:
                     raise CorruptionError(f"{self.label}: segment header truncated", path=seg.path)
                 check_segment_header(head, seg.path, self.kind, seg.base)
             seg_end = seg.base + file_size - SEGMENT_HEADER_SIZE
+            if pos == start and pos > seg_end and pos > seg.base:
+                # This reader had read up to `start`: the file was cut under it (a
+                # truncation, or `journal repair` in another process). Appending
+                # at the old end would leave a hole; reopen after a repair.
+                raise CorruptionError(
+                    f"{self.label}: the log ends at position {seg_end}, before position"
+                    f" {start}, which was committed and read here: the segment was cut"
+                    " (reopen the store after `journal repair`)",
+                    path=seg.path,
+                    offset=max(file_size, 0),
+                )
             if pos == start and pos == seg_end and pos - seg.base >= SEAL_SIZE and self.seals:
                 # A scan that starts at the end of a file must know whether the file
                 # ends with its SEAL (then its successor must exist).
@@ -629,6 +640,17 @@ class Log:
                     state.stop_offset = state.file_offset
                     state.detail = f"the roll to {os.path.basename(nxt.path)} did not finish"
                     return
+                if (
+                    self.seals
+                    and not sealed
+                    and nxt.base == state.end + SEAL_SIZE
+                    and retries < 5
+                ):
+                    # The file's size was read before the writer appended the SEAL
+                    # that its next segment (holding data now) proves was written:
+                    # read this segment again.
+                    retries += 1
+                    continue
                 if outcome == END and at_eof and not pending:
                     idx += 1
                     sealed = False

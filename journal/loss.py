@@ -150,9 +150,10 @@ def _accept(sess: Session, directory: str, report: LossReport) -> None:
         )
         return
     payload = _plan(sess, directory, cut, kept, reason, pending)
+    keep = _plan_keep(log, directory, cut, payload)
     data = frame(LOSS, encode(payload), commit=True, compress=False)
     fsio.write_file(pending_path, data, durable=True)
-    _keep_and_cut(log, directory, cut, payload, report)
+    _keep_and_cut(log, directory, cut, keep, payload, report)
     log.open_writer(cut)
     end = log.write(data)
     log.wait_durable(end)
@@ -239,40 +240,60 @@ def _sequence_of(rec: Record) -> int:
     return int(decoded[0]) if isinstance(decoded, list) and decoded else -1
 
 
-def _keep_and_cut(
-    log: Log, directory: str, cut: int, payload: LossPayload, report: LossReport
-) -> None:
-    """Keep every byte after `cut` aside (durably), then cut the log there."""
+@dataclass
+class _Keep:
+    """Where the bytes after the cut go: the tail of the segment the cut falls in,
+    copied (`tail`, to `tail_to`), and every later segment, moved whole (`moves`)."""
+
+    keep_dir: str
+    tail: bytes = b""
+    tail_to: str = ""
+    moves: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _plan_keep(log: Log, directory: str, cut: int, payload: LossPayload) -> _Keep:
+    """Decide where every byte after `cut` is kept, and name it in `payload.ranges`
+    (before the LOSS record is framed, so the record says where they are)."""
+    earlier, payload.ranges = payload.ranges, []  # an interrupted run's, still true
     segs = log.list_segments()
     at = max(i for i, s in enumerate(segs) if s.base <= cut)
-    keep_dir = os.path.join(directory, CUT_DIR, time.strftime("%Y%m%dT%H%M%S") + "-loss")
-    os.makedirs(keep_dir, exist_ok=True)
+    keep = _Keep(os.path.join(directory, CUT_DIR, time.strftime("%Y%m%dT%H%M%S") + "-loss"))
     seg = segs[at]
     start = SEGMENT_HEADER_SIZE + cut - seg.base
     with open(seg.path, "rb") as f:
         f.seek(start)
-        tail = f.read().rstrip(b"\x00")
-    moved: list[tuple[str, str]] = []
-    if tail:
-        kept_as = os.path.join(keep_dir, os.path.basename(seg.path) + ".tail")
-        fsio.write_file(kept_as, tail, durable=True)
-        payload.ranges.append(_range(seg.path, start, start + len(tail), kept_as, directory))
+        keep.tail = f.read().rstrip(b"\x00")
+    if keep.tail:
+        keep.tail_to = os.path.join(keep.keep_dir, os.path.basename(seg.path) + ".tail")
+        end = start + len(keep.tail)
+        payload.ranges.append(_range(seg.path, start, end, keep.tail_to, directory))
     for later in segs[at + 1 :]:
-        kept_as = os.path.join(keep_dir, os.path.basename(later.path))
-        payload.ranges.append(
-            _range(later.path, 0, os.path.getsize(later.path), kept_as, directory)
-        )
-        moved.append((later.path, kept_as))
-    for src, dst in moved:
+        kept_as = os.path.join(keep.keep_dir, os.path.basename(later.path))
+        size = os.path.getsize(later.path)
+        payload.ranges.append(_range(later.path, 0, size, kept_as, directory))
+        keep.moves.append((later.path, kept_as))
+    planned = {(r.segment, r.start, r.end) for r in payload.ranges}
+    payload.ranges[:0] = [r for r in earlier if (r.segment, r.start, r.end) not in planned]
+    return keep
+
+
+def _keep_and_cut(
+    log: Log, directory: str, cut: int, keep: _Keep, payload: LossPayload, report: LossReport
+) -> None:
+    """Keep every byte after `cut` aside (durably), then cut the log there."""
+    os.makedirs(keep.keep_dir, exist_ok=True)
+    if keep.tail:
+        fsio.write_file(keep.tail_to, keep.tail, durable=True)
+    for src, dst in keep.moves:
         fsio.rename(src, dst)
-    fsio.sync_dir(keep_dir)
-    fsio.sync_dir(os.path.dirname(keep_dir))
-    if moved:
+    fsio.sync_dir(keep.keep_dir)
+    fsio.sync_dir(os.path.dirname(keep.keep_dir))
+    if keep.moves:
         fsio.sync_dir(log.dir)
     log.list_segments()
     log.truncate_tail(cut)
     report.kept.extend(r.kept_as for r in payload.ranges)
-    report.rewritten.extend(os.path.relpath(p, directory) for p, _ in moved)
+    report.rewritten.extend(os.path.relpath(p, directory) for p, _ in keep.moves)
 
 
 def _range(path: str, start: int, end: int, kept_as: str, directory: str) -> LostRange:

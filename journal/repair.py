@@ -3,10 +3,10 @@
 Repair takes the session's writer lock (so no writer is active), then:
 - a torn tail (an unfinished final commit) is copied aside to
   `<session>/repair/<time>-<segment>.tail` and cut off;
-- with `cut_at_damage=True` only, a damaged record in the newest segment and
-  everything after it is copied aside and cut off the same way (this can drop
-  acknowledged commits after the damage, so it is never done by default);
-- damage in a sealed segment is not repaired: nothing is guessed;
+- damage (a bad record with data after it, anything wrong in a sealed segment, a
+  lost segment or a log shorter than its caches record) is refused: cutting it
+  would drop acknowledged commits, which only `journal repair --accept-loss`
+  (`journal.loss`) does, recording the loss;
 - every cache (indexes, snapshot) is deleted and rebuilt from the log.
 
 It reports exactly what it dropped: the byte range of the segment file and the
@@ -37,16 +37,23 @@ class RepairReport:
     refused: str = ""
 
 
-def repair_session(
-    directory: str, session_id: str, *, cut_at_damage: bool = False, lock_timeout: float = 10.0
-) -> RepairReport:
+_DAMAGED = (
+    "; the session is damaged, not torn, and repair cuts only an unfinished tail:"
+    " `journal salvage {sid} --to NEW_ID` copies what is readable, and"
+    " `journal repair {sid} --accept-loss` cuts the damage, keeps the cut bytes and"
+    " records what was lost"
+)
+
+
+def repair_session(directory: str, session_id: str, *, lock_timeout: float = 10.0) -> RepairReport:
     report = RepairReport(session_id)
     options = SessionOptions(lock_timeout=lock_timeout)
+    damaged = _DAMAGED.format(sid=session_id)
     # Opening reads the log only up to the first problem; it never writes.
     try:
         sess = Session(directory, session_id, options)
     except CorruptionError as exc:
-        report.refused = f"{exc}; repair does not guess. Export what is readable instead."
+        report.refused = f"{exc}{damaged}"
         return report
     except UnfinishedSessionError as exc:
         report.refused = (
@@ -55,6 +62,10 @@ def repair_session(
         )
         return report
     try:
+        if sess.damage is not None:
+            # The caches may be the evidence of a loss: they are not deleted here.
+            report.refused = f"{sess.damage}{damaged}"
+            return report
         sess.flock.acquire(lock_timeout)
         try:
             state = ScanState()
@@ -62,16 +73,12 @@ def repair_session(
                 for _ in sess.log.committed(0, state, strict=True):
                     pass
             except CorruptionError as exc:
-                report.refused = (
-                    f"damage in a sealed segment ({exc}); repair does not guess. "
-                    "Export what is readable or restore the file from a copy."
-                )
+                report.refused = f"{exc}{damaged}"
                 return report
-            if state.tail == "corrupt" and not cut_at_damage:
+            if state.tail == "corrupt":
                 report.refused = (
                     f"damaged record in the newest segment at file offset {state.file_offset}"
-                    f" ({state.detail}); commits after it may exist. Run with --cut-at-damage"
-                    " to drop everything from there (the dropped bytes are saved aside)."
+                    f" ({state.detail}); commits after it may exist{damaged}"
                 )
                 return report
             if state.tail in ("torn", "corrupt") and state.end == 0:

@@ -229,7 +229,7 @@ def test_repair_refuses_damage_before_committed_data(tmp_path: Path) -> None:
     data[100] ^= 0x01
     seg.write_bytes(bytes(data))
     proc = run(root, "repair", "mid", check_code=1)
-    assert "refused" in proc.stdout and "--cut-at-damage" in proc.stdout
+    assert "refused" in proc.stdout and "--accept-loss" in proc.stdout
     assert seg.read_bytes() == bytes(data)  # nothing changed
 
 
@@ -397,7 +397,7 @@ def test_compact_dry_run_then_real(tmp_path: Path) -> None:
 
 
 def test_repair_cut_also_corrects_the_catalog(tmp_path: Path) -> None:
-    """What `repair --cut-at-damage` cuts is gone from listings and recent_executions too."""
+    """What `repair --accept-loss` cuts is gone from listings and recent_executions too."""
     from test_contract_tree import execution, fold
 
     from journal import ExecutionStats, SessionPageRequest
@@ -420,8 +420,8 @@ def test_repair_cut_also_corrects_the_catalog(tmp_path: Path) -> None:
     data[damage] ^= 0xFF
     seg.write_bytes(bytes(data))
     run(root, "repair", "cut", check_code=1)  # refused without the flag
-    report = json.loads(run(root, "repair", "cut", "--cut-at-damage", "--json").stdout)
-    last = report["last_checkpoint"]
+    report = json.loads(run(root, "repair", "cut", "--accept-loss", "--json").stdout)
+    last = report["loss"]["checkpoint_kept"]
     assert 0 <= last < 5
     store = journal.open(root, read_only=True)
     try:
@@ -450,8 +450,8 @@ def test_repair_refuses_a_cut_that_would_leave_no_commit(tmp_path: Path) -> None
     data = bytearray(seg.read_bytes())
     data[40] ^= 0xFF  # inside the first record
     seg.write_bytes(bytes(data))
-    proc = run(root, "repair", "first", "--cut-at-damage", check_code=1)
-    assert "refused" in proc.stdout and "first commit" in proc.stdout
+    proc = run(root, "repair", "first", "--accept-loss", check_code=1)
+    assert "refused" in proc.stdout and "nothing before the damage" in proc.stdout
     assert seg.read_bytes() == bytes(data)  # nothing changed
     assert sorted(p.name for p in session_dir.iterdir()) == ["LOCK", "SESSION", "log"]
 

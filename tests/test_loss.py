@@ -256,6 +256,7 @@ def test_accept_loss_continues_numbering_after_everything_handed_out(
     assert all(os.path.exists(os.path.join(session_dir(root), k)) for k in report.kept)
     notes = loss_notes(session_dir(root))
     assert len(notes) == 1 and notes[0].events_through == last
+    assert [r.kept_as for r in notes[0].ranges] == report.kept  # the record says where
     store = journal.open(root, segment_bytes=SEGMENT_BYTES)
     try:
         ev = store.append_event(SID, 1, warning("after the loss").event)
@@ -509,3 +510,69 @@ def test_salvage_copies_transcripts_and_executions(tmp_path: Path) -> None:
         assert store.load("copy").context == ctx  # type: ignore[union-attr]
     finally:
         store.close()
+
+
+def test_a_store_open_across_an_accepted_loss_refuses_its_writes(tmp_path: Path) -> None:
+    """A long-lived store whose session a person repaired meanwhile (the log cut,
+    a LOSS record appended, by another process under the session's lock) must not
+    append at its old end: that left a hole after the LOSS record."""
+    from journal.loss import accept_loss
+
+    root = str(tmp_path / "store")
+    store = journal.open(root, segment_bytes=1 << 20)
+    try:
+        store.save_with_events(checkpoint(SID, 0, [{"n": 0}]), [{"n": 0}], None, [warning("s")])
+        for i in range(40):
+            store.append_event(SID, 1_700_000_000_000 + i, warning(f"a{i}").event)
+        store.flush()
+        (seg,) = segments(root)
+        data = Path(seg).read_bytes().rstrip(b"\0")
+        truncate_file(seg, len(data) - 1500)
+        assert accept_loss(session_dir(root), SID).payload is not None
+        repaired = Path(seg).read_bytes().rstrip(b"\0")
+        with pytest.raises(CorruptionError) as info:
+            store.append_event(SID, 1, warning("after the repair").event)
+        assert info.value.path == seg
+        assert Path(seg).read_bytes().rstrip(b"\0") == repaired  # nothing written
+    finally:
+        store.close()
+    again = journal.open(root, segment_bytes=1 << 20)
+    try:  # a fresh open writes after the LOSS record, numbering after everything
+        assert again.append_event(SID, 1, warning("fresh").event).sequence == 42
+    finally:
+        again.close()
+
+
+def test_a_reader_racing_a_roll_sees_no_gap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scan that read a full segment's size before the writer appended its SEAL,
+    and looks at the next segment after the writer committed into it, reads the
+    segment again instead of reporting missing positions."""
+    import journal.log as log_module
+    from journal.verify import SEVERITY_DATA, verify_session_dir
+
+    root = str(tmp_path / "store")
+    build(root, saves=12)
+    sealed, newest = segments(root)[-2:]
+    full_sealed, full_newest = Path(sealed).read_bytes(), Path(newest).read_bytes()
+    assert len(full_newest) > 32
+    # the moment after the roll made the next segment, before the SEAL
+    truncate_file(sealed, len(full_sealed) - SEAL_SIZE)
+    truncate_file(newest, 32)
+    for name in ["events.idx", "checkpoints.idx", "transcripts.idx", "executions.idx", "snapshot"]:
+        os.unlink(os.path.join(session_dir(root), name))
+    real = log_module._just_created
+    fired: list[bool] = []
+
+    def writer_goes_on(seg: Any) -> bool:
+        if not fired:  # meanwhile the writer writes the SEAL, then commits into the next
+            fired.append(True)
+            Path(sealed).write_bytes(full_sealed)
+            Path(newest).write_bytes(full_newest)
+        return real(seg)
+
+    monkeypatch.setattr(log_module, "_just_created", writer_goes_on)
+    _, findings = verify_session_dir(session_dir(root))
+    assert fired
+    assert [f for f in findings if f.severity == SEVERITY_DATA] == []
