@@ -145,7 +145,10 @@ def verify_session_dir(directory: str) -> tuple[SessionReport, list[Finding]]:
     if expected is not None and not any(f.severity == SEVERITY_DATA for f in findings):
         lost = _lost_by_evidence(directory, sid, report)
         if lost is not None:
-            findings.append(lost)  # the caches are the evidence, not faults of their own
+            # One damage, one finding: the caches are the evidence, not faults of their
+            # own, and a cut-off record at the end is part of what was lost, not torn.
+            findings[:] = [f for f in findings if f.severity != SEVERITY_TAIL]
+            findings.append(lost)
         else:
             findings.extend(_check_indexes(directory, sid, expected))
             findings.extend(_check_snapshot(directory, sid, report, log))

@@ -576,3 +576,26 @@ def test_a_reader_racing_a_roll_sees_no_gap(
     _, findings = verify_session_dir(session_dir(root))
     assert fired
     assert [f for f in findings if f.severity == SEVERITY_DATA] == []
+
+
+@pytest.mark.parametrize("damage", ["newest segment removed", "log truncated"])
+def test_plain_repair_refuses_a_loss_and_keeps_its_evidence(
+    copy: tuple[str, int], damage: str
+) -> None:
+    """Issue 15, case 1: repair said "nothing to cut" and deleted the caches, the one
+    piece of evidence, after which verify said ok and sequences were handed out again."""
+    from journal.repair import repair_session
+    from journal.verify import SEVERITY_DATA, verify_session_dir
+
+    root, last = copy
+    if damage == "newest segment removed":
+        os.unlink(segments(root)[-1])
+    else:
+        truncate_file(segments(root)[-1], 100)
+    caches = sorted(p.name for p in Path(session_dir(root)).iterdir() if p.is_file())
+    report = repair_session(session_dir(root), SID)
+    assert "--accept-loss" in report.refused and "salvage" in report.refused
+    assert sorted(p.name for p in Path(session_dir(root)).iterdir() if p.is_file()) == caches
+    _, findings = verify_session_dir(session_dir(root))
+    assert [f.severity for f in findings] == [SEVERITY_DATA]  # one damage, one finding
+    assert_damaged_and_refuses_writes(root, last)
