@@ -41,7 +41,7 @@ from .log import SEGMENT_HEADER_SIZE, ScanState
 from .metafile import KIND_IDENTITY, read_meta
 from .naming import dir_name
 from .session import IDENTITY_FILE, LOG_DIR, Session, SessionIdentity, open_log
-from .verify import SEVERITY_DATA, verify_session_dir
+from .verify import SEVERITY_DATA, first_damage, verify_session_dir
 
 BUNDLE_FORMAT = 1
 MANIFEST = "MANIFEST.json"
@@ -127,18 +127,6 @@ class DamagedSessionsError(CorruptionError):
         self.damaged = damaged
 
 
-def find_damage(directory: str) -> CorruptionError | None:
-    """The first data finding of `verify` on a session directory, as an error."""
-    try:
-        _, findings = verify_session_dir(directory)
-    except CorruptionError as exc:
-        return exc
-    for f in findings:
-        if f.severity == SEVERITY_DATA:
-            return CorruptionError(f.message, path=f.path, offset=f.offset)
-    return None
-
-
 def export_sessions(
     root: str,
     session_ids: list[str],
@@ -202,7 +190,7 @@ def export_sessions(
             continue
         if progress:
             progress(f"verify {sid}")
-        damage = find_damage(os.path.join(sessions_root, dir_name(sid)))
+        damage = first_damage(os.path.join(sessions_root, dir_name(sid)))
         if damage is not None:
             damaged.append((sid, damage))
     with tempfile.TemporaryDirectory(prefix="journal-salvage-") as scratch:

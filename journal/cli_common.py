@@ -171,21 +171,9 @@ class Sizes:
         )
 
 
-def dir_sizes(directory: str) -> tuple[int, int]:
-    """(apparent bytes, allocated bytes) of every file under `directory`."""
-    files = disk = 0
-    for dirpath, _dirs, names in os.walk(directory):
-        for name in names:
-            try:
-                st = os.stat(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            files += st.st_size
-            disk += getattr(st, "st_blocks", 0) * 512
-    return files, disk
-
-
 def sizes(directory: str, log_bytes: int) -> Sizes:
+    from .inspect import dir_sizes
+
     files, disk = dir_sizes(directory)
     return Sizes(log_bytes, files, disk)
 
@@ -213,17 +201,10 @@ def open_store(args: argparse.Namespace) -> Store:
 
 
 def session_damage(directory: str) -> CorruptionError | None:
-    """The first data finding of `verify` on a session directory, as an error (or None)."""
-    from .verify import SEVERITY_DATA, verify_session_dir
+    """The first damage `verify` finds in a session directory (None: none)."""
+    from .verify import first_damage
 
-    try:
-        _, findings = verify_session_dir(directory)
-    except CorruptionError as exc:
-        return exc
-    for f in findings:
-        if f.severity == SEVERITY_DATA:
-            return CorruptionError(f.message, path=f.path, offset=f.offset)
-    return None
+    return first_damage(directory)
 
 
 def loss_lines(directory: str) -> list[str]:

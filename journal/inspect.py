@@ -145,12 +145,19 @@ def session_stats(directory: str, top: int = 5) -> Stats:
         stats.log_bytes += commit_bytes
     stats.largest.sort(reverse=True)
     stats.growth = [(day, c, b) for day, (c, b) in sorted(days.items())]
-    for dirpath, _dirs, files in os.walk(directory):
-        for name in files:
+    stats.file_bytes, stats.disk_bytes = dir_sizes(directory)
+    return stats
+
+
+def dir_sizes(directory: str) -> tuple[int, int]:
+    """(apparent bytes, allocated bytes) of every file under `directory`."""
+    files = disk = 0
+    for dirpath, _dirs, names in os.walk(directory):
+        for name in names:
             try:
                 st = os.stat(os.path.join(dirpath, name))
             except OSError:
                 continue
-            stats.file_bytes += st.st_size
-            stats.disk_bytes += st.st_blocks * 512
-    return stats
+            files += st.st_size
+            disk += getattr(st, "st_blocks", 0) * 512
+    return files, disk

@@ -981,10 +981,7 @@ class Log:
                 f"{self.label}: cannot truncate into a sealed segment", path=seg.path
             )
         self.close_writer()
-        try:
-            fd = os.open(seg.path, os.O_RDWR)
-        except OSError as exc:
-            raise StorageError(f"cannot open {seg.path}: {exc.strerror}") from exc
+        fd = _open_segment(seg.path)
         try:
             fsio.truncate(fd, SEGMENT_HEADER_SIZE + end - seg.base, seg.path)
             fsio.sync_file(fd, seg.path)
@@ -1018,10 +1015,7 @@ class Log:
             # the crash came while its header was written: write it again first
             _create_segment_file(nxt.path, self.kind, nxt.base, replace=True)
             fsio.sync_dir(self.dir)
-        try:
-            fd = os.open(seg.path, os.O_RDWR)
-        except OSError as exc:
-            raise StorageError(f"cannot open {seg.path}: {exc.strerror}") from exc
+        fd = _open_segment(seg.path)
         try:
             fsio.truncate(fd, SEGMENT_HEADER_SIZE + end - seg.base, seg.path)
             _write_seal(fd, seg, end)
@@ -1251,6 +1245,14 @@ def _create_segment_file(
         raise
     finally:
         os.close(fd)
+
+
+def _open_segment(path: str) -> int:
+    """A read-write descriptor of a segment file (the caller closes it)."""
+    try:
+        return os.open(path, os.O_RDWR)
+    except OSError as exc:
+        raise StorageError(f"cannot open {path}: {exc.strerror}") from exc
 
 
 def _write_seal(fd: int, seg: Segment, pos: int) -> None:

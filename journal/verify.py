@@ -157,6 +157,19 @@ def verify_session_dir(directory: str) -> tuple[SessionReport, list[Finding]]:
     return report, findings
 
 
+def first_damage(directory: str) -> CorruptionError | None:
+    """The first data finding of `verify_session_dir` on a session directory, as an
+    error (None: no damage): what the tools that refuse a damaged session report."""
+    try:
+        _, findings = verify_session_dir(directory)
+    except CorruptionError as exc:
+        return exc
+    for f in findings:
+        if f.severity == SEVERITY_DATA:
+            return CorruptionError(f.message, path=f.path, offset=f.offset)
+    return None
+
+
 def describe_loss(note: LossPayload) -> str:
     """One line about an accepted loss: what went, and where the cut bytes are kept."""
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(note.accepted_at))
