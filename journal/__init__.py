@@ -21,7 +21,7 @@ from .errors import (
     StorageError,
 )
 from .protocol import CheckpointStore, SyncCheckpointStore
-from .store import Durability, Store
+from .store import Durability, SessionReader, Store
 from .types import (
     CHECKPOINT_VERSION,
     Checkpoint,
@@ -47,6 +47,7 @@ from .types import (
     TranscriptPage,
     TranscriptPageRequest,
 )
+from .validate import validate_session_id
 
 __version__ = "0.1.0"
 
@@ -93,6 +94,7 @@ __all__ = [
     "SessionCursor",
     "SessionPage",
     "SessionPageRequest",
+    "SessionReader",
     "SessionSummary",
     "StorageError",
     "Store",
@@ -103,4 +105,5 @@ __all__ = [
     "TranscriptPage",
     "TranscriptPageRequest",
     "open",
+    "validate_session_id",
 ]

@@ -1708,6 +1708,17 @@ class Store:
         return SessionReader(self, session_id, sess)
 
     # --------------------------------------------------------------- lifecycle
+    def incarnation(self, session_id: str) -> tuple[int, int, int] | None:
+        """What identifies this incarnation of a session (None: no such session).
+
+        One `stat` of the identity file the store writes once per session (its
+        device, inode and change time): the value changes when the session is
+        deleted and created again, so a cache keyed by it is never reused for the
+        next incarnation.
+        """
+        validate.validate_session_id(session_id)
+        return Session.identity_key(self.session_dir(session_id))
+
     @_guard
     def flush(self) -> None:
         """Write every open session's caches (indexes, snapshot). Never needed for safety."""
