@@ -35,12 +35,12 @@ from typing import Any
 import msgspec
 import zstandard
 
-from . import fsio
+from . import fsio, sessiondir
 from .errors import CorruptionError, InvalidInputError, NotFoundError, StorageError
+from .layout import IDENTITY_FILE, LOG_DIR, dir_name
 from .log import SEGMENT_HEADER_SIZE, ScanState
 from .metafile import KIND_IDENTITY, read_meta
-from .naming import dir_name
-from .session import IDENTITY_FILE, LOG_DIR, Session, SessionIdentity, open_log
+from .sessiondir import SessionIdentity, open_log
 from .verify import SEVERITY_DATA, first_damage, verify_session_dir
 
 BUNDLE_FORMAT = 1
@@ -170,7 +170,7 @@ def export_sessions(
         # Without a complete commit: a creation a power loss cut short, absent to the
         # store (damage there raises CorruptionError, as for the store).
         try:
-            exists = os.path.isdir(directory) and Session.has_commit(directory)
+            exists = os.path.isdir(directory) and sessiondir.has_commit(directory)
         except CorruptionError as exc:
             damaged.append((sid, exc))
             chosen.append(sid)
@@ -414,7 +414,7 @@ def _import(
                     session_id=new_id,
                     parent_session_id=renames.get(parent, parent) if parent is not None else None,
                 )
-                Session.write_identity(src, ident)
+                sessiondir.write_identity(src, ident)
             os.makedirs(os.path.join(src, LOG_DIR), exist_ok=True)
             open(os.path.join(src, "LOCK"), "ab").close()
             dst = store.session_dir(new_id)

@@ -34,16 +34,12 @@ import msgspec
 from . import fsio
 from .cache import ReadCache
 from .errors import CorruptionError, JournalError, StorageError
+from .layout import BOOT_FILE, CATALOG_DIR, PROCS_DIR, SNAPSHOT_FILE, dir_name
 from .locks import FileLock
 from .log import KIND_CATALOG, Log, ScanState
-from .naming import dir_name
 from .record import CATALOG, frame
 from .rootcheck import mkdir_below
 from .types import SessionSummary
-
-CATALOG_DIR = "catalog"
-PROCS_DIR = "procs"
-BOOT_FILE = "BOOT"
 
 OP_UPSERT = 1
 OP_DELETE = 2
@@ -90,7 +86,6 @@ class CatalogSnapshot(msgspec.Struct, array_like=True):
 
 
 _decode_snapshot = msgspec.msgpack.Decoder(CatalogSnapshot).decode
-SNAPSHOT_FILE = "snapshot"
 _CHECKED_COPIES_KEPT = 1024
 SNAPSHOT_MIN_GROWTH = 32 << 10  # a snapshot is rewritten after max(this, 2x its size)
 

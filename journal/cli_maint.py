@@ -25,8 +25,8 @@ from .cli_common import (
 )
 from .cli_read import Add
 from .errors import CorruptionError, NotFoundError, SessionBusyError
+from .layout import dir_name
 from .locks import FileLock
-from .naming import dir_name
 from .store import Store
 
 

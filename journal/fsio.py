@@ -391,7 +391,7 @@ def sync_all(data_files: Sequence[str], files: Sequence[str], dirs: Sequence[str
     """Make these files (fdatasync / fsync) and directories durable, concurrently.
 
     For parts whose order does not matter (the parts of a spare session
-    directory, see `Session.build_spare`): the
+    directory, see `sessiondir.build_spare`): the
     syncs overlap instead of waiting for one another (a new session's four syncs
     took about as long as one or two here). Returns when all are done; raises
     the first failure after every sync has finished.

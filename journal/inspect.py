@@ -28,7 +28,7 @@ from .record import (
     TYPE_NAMES,
     Record,
 )
-from .session import open_log
+from .sessiondir import open_log
 
 _DECODERS = payloads.DECODERS
 _to_builtins = msgspec.to_builtins

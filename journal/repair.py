@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from . import fsio
 from .errors import CorruptionError, UnfinishedSessionError
 from .index import INDEX_FILES
+from .layout import SNAPSHOT_FILE
 from .log import SEGMENT_HEADER_SIZE, ScanState
-from .session import SNAPSHOT_FILE, Session, SessionOptions
+from .session import Session, SessionOptions
 
 
 @dataclass

@@ -25,6 +25,7 @@ import msgspec
 
 from .dictionary import SessionDictionary, from_record
 from .errors import CorruptionError, InvalidInputError, JournalError, NotFoundError
+from .layout import LOG_DIR
 from .log import KIND_SESSION, SEGMENT_HEADER_SIZE, SEGMENT_SUFFIX, check_segment_header
 from .payloads import (
     TranscriptItemsPayload,
@@ -49,7 +50,6 @@ from .record import (
     open_payload,
     parse_at,
 )
-from .session import LOG_DIR
 from .types import Checkpoint, TimestampedEvent
 
 

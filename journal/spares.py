@@ -3,7 +3,7 @@
 Creating a session (first save, fork) used to create two directories and three
 files and sync both directories on its critical path; file creation alone costs
 about 0.35 ms each on some disks. A spare has all of that done, durably, ahead of
-time (`Session.build_spare`): taking one leaves the identity to write in place
+time (`sessiondir.build_spare`): taking one leaves the identity to write in place
 (its sync overlaps the first commit's writing), the first commit (its fdatasync
 starts once it is written), and the rename that publishes it once both are
 durable, followed by the sync of `sessions/` (`Store._stage`).
@@ -37,15 +37,15 @@ import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
-from . import fsio
+from . import fsio, sessiondir
 from .errors import JournalError
+from .layout import LOCK_FILE, SPARE_PREFIX
 from .locks import FileLock
 from .rootcheck import RootGuard
-from .session import LOCK_FILE, Session, SessionIdentity
+from .sessiondir import SessionIdentity
 
 T = TypeVar("T")
 
-SPARE_PREFIX = "spare-"
 MAX_AGE = 300.0  # seconds; tmp/ cleanup removes entries older than 600
 MAX_JOBS = 4  # background jobs kept waiting (`run_soon`); older ones are dropped
 IDLE_EXIT = 30.0  # seconds without a refill request before the refiller thread exits
@@ -79,16 +79,16 @@ class Spare:
         self.segment_fd = segment_fd
         self.lock = lock  # its LOCK file, open: what publishing it locks (`_Staged`)
         # made here, by the refiller: the new session's critical path joins no path
-        self.identity_path = Session.identity_file(path)
-        self.segment_path = Session.segment_files(path)[0]
+        self.identity_path = sessiondir.identity_file(path)
+        self.segment_path = sessiondir.segment_files(path)[0]
 
     @classmethod
     def open(cls, path: str) -> Spare:
-        """The spare `Session.build_spare` laid out at `path`, its two files opened."""
-        identity_fd = os.open(Session.identity_file(path), os.O_RDWR)
+        """The spare `sessiondir.build_spare` laid out at `path`, its two files opened."""
+        identity_fd = os.open(sessiondir.identity_file(path), os.O_RDWR)
         lock = FileLock(os.path.join(path, LOCK_FILE), "a session being published")
         try:
-            segment_fd = os.open(Session.segment_files(path)[0], os.O_WRONLY)
+            segment_fd = os.open(sessiondir.segment_files(path)[0], os.O_WRONLY)
             try:
                 lock.open()
             except BaseException:
@@ -100,9 +100,9 @@ class Spare:
         return cls(path, time.monotonic(), identity_fd, segment_fd, lock)
 
     def fill(self, identity: SessionIdentity) -> None:
-        """Write the new session's identity into it (`Session.fill_spare`)."""
+        """Write the new session's identity into it (`sessiondir.fill_spare`)."""
         paths = (self.identity_path, self.segment_path)
-        Session.fill_spare(self.path, identity, self.identity_fd, paths)
+        sessiondir.fill_spare(self.path, identity, self.identity_fd, paths)
 
     def close(self) -> None:
         """Close its descriptors (the directory stays)."""
@@ -232,7 +232,7 @@ class SparePool:
             if self.guard is not None and not self.guard.is_same():
                 return
             try:
-                Session.build_spare(path)
+                sessiondir.build_spare(path)
                 spare = Spare.open(path)
             except (OSError, JournalError):
                 # Best effort: a new session then builds its directory itself.

@@ -12,7 +12,7 @@ os-mode save_state costs one file sync, not three syncs.
 A scope directory's entry in `state/` is made durable before the first value
 this process acknowledges in it, whoever created the directory (a writer killed
 between its mkdir and its sync of `state/` leaves it unsynced otherwise).
-Directory names come from `naming` and the file stores the exact scope and key,
+Directory names come from `layout.dir_name` and the file stores the exact scope and key,
 checked on read. State whose scope equals a session id is removed with that
 session (see `delete_sessions`).
 """
@@ -26,11 +26,9 @@ import msgspec
 
 from . import fsio
 from .errors import CorruptionError, JournalError, StorageError
+from .layout import STATE_DIR, dir_name
 from .metafile import KIND_STATE, read_meta, write_meta
-from .naming import dir_name
 from .rootcheck import RootGuard
-
-STATE_DIR = "state"
 
 
 class StateValue(msgspec.Struct, array_like=True):

@@ -25,7 +25,7 @@ from typing import Any, Generic, Literal, TypeVar, cast
 
 import msgspec
 
-from . import dictionary, fsio, storecreate, validate
+from . import dictionary, fsio, sessiondir, storecreate, validate
 from .cache import ReadCache
 from .catalog import (
     OP_DELETE,
@@ -51,12 +51,13 @@ from .errors import (
     UnfinishedSessionError,
 )
 from .index import KIND_EXECUTIONS
+from .layout import LOCK_FILE, MANIFEST_FILE, SESSIONS_DIR, TMP_DIR, dir_name
 from .locks import FileLock
 from .log import SEGMENT_HEADER_SIZE
 from .metafile import KIND_MANIFEST, read_meta
-from .naming import dir_name
 from .rootcheck import RootGuard
-from .session import LOCK_FILE, Session, SessionGone, SessionIdentity, SessionOptions
+from .session import Session, SessionGone, SessionOptions
+from .sessiondir import SessionIdentity
 from .spares import Spare, SparePool, at_low_priority
 from .state import StateStore
 from .tree import DeleteIntent, Tree
@@ -80,9 +81,6 @@ from .types import (
     TranscriptPageRequest,
 )
 
-MANIFEST_FILE = "JOURNAL"
-SESSIONS_DIR = "sessions"
-TMP_DIR = "tmp"
 STORE_FORMAT = 1
 
 Durability = Literal["fsync", "os"]
@@ -362,9 +360,9 @@ class Store:
                 if not os.path.isdir(path):
                     return False  # moved away meanwhile (its lock file with it)
                 raise
-            if Session.identity_key(path) != key:
+            if sessiondir.identity_key(path) != key:
                 return True  # not the directory found unfinished
-            if Session.has_commit(path):
+            if sessiondir.has_commit(path):
                 return True
             if not self.read_only:
                 fsio.rename(path, os.path.join(self.tree.trash, f"unfinished-{uuid.uuid4().hex}"))
@@ -702,7 +700,7 @@ class Store:
         def seal() -> None:  # as soon as the first commit is written: it then runs
             # while the rest of the call does (the new session's head and summary,
             # for a fork the tree lock and the checks of its parent)
-            sealing.append(Session.start_seal(tmp, spare=identity_sync is not None))
+            sealing.append(sessiondir.start_seal(tmp, spare=identity_sync is not None))
             syncs.extend(sealing)
 
         try:
@@ -758,7 +756,7 @@ class Store:
         # Built by path (its parents too): only in the root this store opened.
         self.guard.check(f"session {identity.session_id!r}")
         try:
-            Session.build(tmp, identity)
+            sessiondir.build(tmp, identity)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -806,13 +804,13 @@ class Store:
                     )
                 )
             else:
-                segment = Session.segment_files(tmp)[0]
+                segment = sessiondir.segment_files(tmp)[0]
                 fd = os.open(segment, os.O_WRONLY)
                 try:
                     fsio.pwrite(fd, commit, SEGMENT_HEADER_SIZE, segment)
                 finally:
                     os.close(fd)
-                syncs.append(Session.start_seal(tmp, spare=False))
+                syncs.append(sessiondir.start_seal(tmp, spare=False))
         except BaseException:
             self._discard_staged(tmp, syncs, spare)
             raise
@@ -1100,7 +1098,7 @@ class Store:
                     records.append(CatalogRecord(OP_DELETE, sid, -1))
                 continue
             try:
-                ident = Session.read_identity(path)
+                ident = sessiondir.read_identity(path)
             except (OSError, JournalError) as exc:
                 failed(name, exc)
                 continue
@@ -1165,7 +1163,7 @@ class Store:
         unlisted = self.catalog.unlisted(os.listdir(sessions)) - self.tree.pending_session_dirs()
         for name in sorted(unlisted):
             try:
-                ident = Session.read_identity(os.path.join(sessions, name))
+                ident = sessiondir.read_identity(os.path.join(sessions, name))
             except (OSError, JournalError):
                 continue
             if dir_name(ident.session_id) != name:
@@ -1717,7 +1715,7 @@ class Store:
         next incarnation.
         """
         validate.validate_session_id(session_id)
-        return Session.identity_key(self.session_dir(session_id))
+        return sessiondir.identity_key(self.session_dir(session_id))
 
     @_guard
     def flush(self) -> None:

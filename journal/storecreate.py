@@ -16,13 +16,10 @@ import time
 
 from . import fsio
 from .errors import InvalidInputError, StorageError
+from .layout import CORE_DIRS, LEFTOVER_DIRS
 from .metafile import KIND_MANIFEST, write_meta
 from .rootcheck import mkdir_below
 
-# Every top-level directory a store has; the first three exist from creation on,
-# the rest are made by the parts that use them (tree, catalog, process registry).
-CORE_DIRS = ("sessions", "tmp", "state")
-LEFTOVER_DIRS = frozenset({*CORE_DIRS, "txn", "trash", "catalog", "procs"})
 STALE_TMP_SECONDS = 60
 
 

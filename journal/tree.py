@@ -36,14 +36,11 @@ import msgspec
 
 from . import fsio
 from .errors import JournalError, StorageError
+from .layout import INTENT_PREFIX, TRASH_DIR, TREE_LOCK, TXN_DIR
 from .locks import FileLock
 from .metafile import KIND_INTENT, read_meta, write_meta
 from .rootcheck import mkdir_below
 
-TXN_DIR = "txn"
-TRASH_DIR = "trash"
-TREE_LOCK = "tree.lock"
-INTENT_PREFIX = "delete-"
 _FINE_RACY_NS = 50_000_000  # see pending_session_dirs
 _COARSE_RACY_NS = 2_000_000_000
 

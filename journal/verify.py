@@ -26,22 +26,13 @@ from .index import (
     Index,
     read_evidence,
 )
+from .layout import IDENTITY_FILE, LOG_DIR, LOSS_PENDING_FILE, SNAPSHOT_FILE, dir_name
 from .log import KIND_SESSION, Log, ScanState
 from .metafile import KIND_IDENTITY, KIND_SNAPSHOT, KIND_STATE, read_meta
-from .naming import dir_name
 from .payloads import LossPayload
 from .record import CHECKPOINT, DICT, EVENT, LOSS, PAD, SEAL, TYPE_NAMES
-from .session import (
-    _INDEX_OF,
-    IDENTITY_FILE,
-    LOG_DIR,
-    LOSS_PENDING_FILE,
-    SNAPSHOT_FILE,
-    Head,
-    SessionIdentity,
-    compacted_stub,
-    directory_origin,
-)
+from .session import _INDEX_OF, Head, compacted_stub
+from .sessiondir import SessionIdentity, directory_origin
 
 SEVERITY_DATA = "data"  # the log or an identity/state file is damaged, or data was lost
 SEVERITY_CACHE = "cache"  # a derived file disagrees with the log (the next open rebuilds it)

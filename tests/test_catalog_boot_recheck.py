@@ -19,7 +19,7 @@ from faults import catalog_outlived_a_save
 
 import journal
 from journal import Checkpoint
-from journal.naming import dir_name
+from journal.layout import dir_name
 
 _HOLD = textwrap.dedent(
     """

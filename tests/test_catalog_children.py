@@ -11,7 +11,7 @@ from pathlib import Path
 
 import journal
 from journal import Checkpoint
-from journal.naming import dir_name
+from journal.layout import dir_name
 
 
 def _expected(cat: journal.catalog.Catalog) -> tuple[dict[str, set[str]], set[str]]:

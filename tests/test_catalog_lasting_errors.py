@@ -14,7 +14,7 @@ import pytest
 
 import journal
 from journal import Checkpoint
-from journal.naming import dir_name
+from journal.layout import dir_name
 
 
 def test_a_lasting_os_error_does_not_keep_the_reboot_recheck_open(

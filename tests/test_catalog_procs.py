@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import journal
-from journal.naming import dir_name
+from journal.layout import dir_name
 
 _WRITE_AND_DIE = textwrap.dedent(
     """

@@ -23,7 +23,7 @@ from faults import catalog_outlived_a_save, save_whose_catalog_append_fails
 
 import journal
 from journal import Checkpoint
-from journal.naming import dir_name
+from journal.layout import dir_name
 from journal.session import Session
 
 N = 120

@@ -17,8 +17,8 @@ import pytest
 import journal
 from journal import Checkpoint, Event, EventPageRequest, TimestampedEvent, TranscriptPageRequest
 from journal.cli import render_docs
+from journal.layout import dir_name
 from journal.log import SEGMENT_HEADER_SIZE
-from journal.naming import dir_name
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -11,7 +11,7 @@ from test_cli import _save, run
 
 import journal
 from journal import EventPageRequest
-from journal.naming import dir_name
+from journal.layout import dir_name
 
 
 def _store(root: Path) -> None:

@@ -16,7 +16,7 @@ from test_cli import _save, run
 
 import journal
 from journal import Checkpoint
-from journal.naming import dir_name
+from journal.layout import dir_name
 
 CLI = [sys.executable, "-m", "journal.cli"]
 

@@ -13,7 +13,7 @@ from typing import Any
 from faults import checkpoint, warning
 
 import journal
-from journal.naming import dir_name
+from journal.layout import dir_name
 
 SID = "hurt"
 

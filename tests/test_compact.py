@@ -23,7 +23,7 @@ from journal import (
     TranscriptPageRequest,
 )
 from journal.compact import compact_session
-from journal.naming import dir_name
+from journal.layout import dir_name
 from journal.verify import SEVERITY_DATA, verify_session_dir
 
 SID = "long-session"

@@ -1054,7 +1054,7 @@ def test_a_forks_first_commit_is_kind_2_and_not_compressed(tmp_path: Path) -> No
     is; the commits after it, and a first save's, are compressed as usual."""
     from journal.payloads import COMMIT_FORK, COMMIT_SAVE, DECODERS
     from journal.record import COMMIT, FLAG_ZSTD
-    from journal.session import open_log
+    from journal.sessiondir import open_log
 
     big = [{"role": "user", "content": f"item {i} " + "lorem ipsum dolor " * 40} for i in range(10)]
     store = journal.open(tmp_path / "s")

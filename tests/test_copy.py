@@ -29,9 +29,10 @@ import msgspec
 import pytest
 
 import journal
+from journal.layout import IDENTITY_FILE
 from journal.log import SEAL_RECORD
 from journal.metafile import KIND_IDENTITY, read_meta
-from journal.session import IDENTITY_FILE, SessionIdentity
+from journal.sessiondir import SessionIdentity
 from journal.types import (
     CHECKPOINT_VERSION,
     Checkpoint,

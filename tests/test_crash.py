@@ -39,10 +39,10 @@ import pytest
 
 import journal
 from journal import Event, EventPageRequest, ExecutionPageRequest, TranscriptPageRequest
+from journal.layout import LOCK_FILE
 from journal.locks import FileLock
 from journal.log import SEAL_SIZE
 from journal.record import OK, parse_at
-from journal.session import LOCK_FILE
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="needs fork and SIGKILL")
 

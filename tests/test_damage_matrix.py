@@ -29,7 +29,7 @@ from faults import checkpoint, flip_byte, truncate_file, warning, zero_range
 
 import journal
 from journal import JournalError
-from journal.naming import dir_name
+from journal.layout import dir_name
 
 SID = "victim"
 OTHER = "bystander"

@@ -19,7 +19,7 @@ from faults import checkpoint, execution, recording, warning
 
 import journal
 from journal import fsio
-from journal.naming import dir_name
+from journal.layout import dir_name
 
 
 class _FullFor(fsio.FileOps):

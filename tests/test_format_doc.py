@@ -246,7 +246,7 @@ def test_directory_names_follow_section_1(ident: str) -> None:
     import base64
     import hashlib
 
-    from journal.naming import dir_name
+    from journal.layout import dir_name
 
     digest = base64.b32encode(hashlib.sha256(ident.encode("utf-8")).digest()).decode()
     slug = re.sub(r"[^a-z0-9_-]+", "_", ident.lower())[:24].strip("_")
@@ -260,7 +260,7 @@ def test_directory_names_follow_section_1_for_random_ids() -> None:
     import hashlib
     import random
 
-    from journal.naming import dir_name
+    from journal.layout import dir_name
 
     rng = random.Random(20261201)
     for _ in range(2000):

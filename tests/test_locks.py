@@ -14,7 +14,7 @@ import pytest
 
 import journal
 from journal import Checkpoint, Event
-from journal.session import LOCK_FILE
+from journal.layout import LOCK_FILE
 
 
 def _hold(lock_path: str, how: str) -> subprocess.Popen[str]:

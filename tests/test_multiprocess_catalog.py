@@ -47,8 +47,9 @@ import pytest
 import journal
 import journal.catalog
 import journal.locks
+from journal.layout import IDENTITY_FILE
 from journal.metafile import KIND_IDENTITY, read_meta
-from journal.session import IDENTITY_FILE, SessionIdentity
+from journal.sessiondir import SessionIdentity
 from journal.types import (
     CHECKPOINT_VERSION,
     Checkpoint,

@@ -11,9 +11,11 @@ import pytest
 from faults import exit_code_of_child
 
 import journal
-from journal import Checkpoint, EventPageRequest, spares
+from journal import Checkpoint, EventPageRequest, sessiondir, spares
+from journal.layout import IDENTITY_FILE
 from journal.log import SEGMENT_HEADER_SIZE
-from journal.session import IDENTITY_FILE, SPARE_IDENTITY_BYTES, SPARE_SEGMENT_ZEROS, Session
+from journal.session import Session
+from journal.sessiondir import SPARE_IDENTITY_BYTES, SPARE_SEGMENT_ZEROS
 from journal.verify import verify_store
 
 
@@ -143,17 +145,15 @@ def test_wait_returns_in_a_process_forked_during_a_refill(
     import threading
     import time
 
-    from journal.session import Session
-
     started = threading.Event()
-    real_build = Session.build_spare
+    real_build = sessiondir.build_spare
 
     def slow_build(directory: str) -> None:
         started.set()
         time.sleep(0.5)
         real_build(directory)
 
-    monkeypatch.setattr(Session, "build_spare", staticmethod(slow_build))
+    monkeypatch.setattr(sessiondir, "build_spare", slow_build)
     store = journal.open(tmp_path / "s")
     try:
         store.save(Checkpoint.empty("first"))  # wakes the refiller
@@ -184,7 +184,7 @@ def test_a_session_from_a_spare_keeps_the_spares_file_sizes(
     segment = directory / "log" / "00000000000000000000.seg"
     assert (directory / IDENTITY_FILE).stat().st_size == SPARE_IDENTITY_BYTES
     assert segment.stat().st_size == SEGMENT_HEADER_SIZE + SPARE_SEGMENT_ZEROS
-    assert Session.read_identity(str(directory)).session_id == "second"
+    assert sessiondir.read_identity(str(directory)).session_id == "second"
     assert store.load("second") == Checkpoint.empty("second")
     store.close()
     assert [f for _, found in verify_store(str(root)) for f in found] == []
@@ -207,7 +207,7 @@ def test_an_identity_longer_than_a_spares_file_is_written_whole(
     store.save(Checkpoint.empty(parent))
     store.spares.wait()
     store.fork(parent, 0, Checkpoint.empty(child))
-    identity = Session.read_identity(store.session_dir(child))
+    identity = sessiondir.read_identity(store.session_dir(child))
     assert (identity.session_id, identity.parent_session_id) == (child, parent)
     summary = store.session_summary(child)
     assert summary is not None and summary.parent_session_id == parent

@@ -39,8 +39,9 @@ import msgspec
 import pytest
 
 import journal
+from journal.layout import IDENTITY_FILE
 from journal.metafile import KIND_IDENTITY, read_meta
-from journal.session import IDENTITY_FILE, SessionIdentity
+from journal.sessiondir import SessionIdentity
 from journal.tree import Tree
 from journal.types import (
     CHECKPOINT_VERSION,

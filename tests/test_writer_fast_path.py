@@ -27,8 +27,9 @@ from hypothesis import strategies as st
 import journal
 from journal import Checkpoint, Event, EventPageRequest, eventrules, fsio
 from journal.eventrules import EventRules
+from journal.layout import LOCK_FILE
 from journal.locks import FileLock
-from journal.session import LOCK_FILE, Session
+from journal.session import Session
 from journal.verify import verify_store
 
 STEP = "step-1"
