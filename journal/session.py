@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -92,6 +92,8 @@ from .types import (
     TranscriptBatch,
 )
 from .validate import check_json_value
+
+T = TypeVar("T")
 
 
 class Head(msgspec.Struct):
@@ -805,6 +807,24 @@ class Session:
             yield
         finally:
             self._release_locks()
+
+    @contextmanager
+    def held_for_delete(self, timeout: float) -> Iterator[None]:
+        """Hold the session's write locks (this process's, then the file lock, waiting
+        at most `timeout` seconds for it) without checking or reading anything: a
+        delete holds them while it makes its intent durable, so no writer of this
+        process or another commits to a session being deleted."""
+        with self._write_lock:
+            self.flock.acquire(timeout)
+            try:
+                yield
+            finally:
+                self.flock.release()
+
+    def read_head(self, fn: Callable[[Head], T]) -> T:
+        """`fn` of the head, called under the state lock (a consistent view of it)."""
+        with self._state_lock:
+            return fn(self.head)
 
     def _acquire_locks(self, *, trust_quiet: bool = False) -> bool:
         """Take the thread lock, then the file lock, and check that the session is
