@@ -17,7 +17,6 @@ they know ("refresh") and never see bytes that a commit record does not close.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import os
 import threading
@@ -30,6 +29,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from . import dictionary, eventrules, payloads
+from .appends import AppendQueue, PendingAppend
 from .cache import ReadCache
 from .context import msgpack_array_header, plan_context
 from .errors import (
@@ -167,69 +167,10 @@ class Recovery:
     detail: str
 
 
-_MAX_APPEND_BATCH = 256
-_GATHER_APPENDS_MAX = 0.001  # seconds
-
-
-class _Append:
-    """One queued append_event: filled in by whichever thread commits it."""
-
-    __slots__ = (
-        "done",
-        "end",
-        "error",
-        "event",
-        "expected",
-        "recorded_at_ms",
-        "result",
-        "shared_error",
-        "taken",
-    )
-
-    def __init__(self, recorded_at_ms: int, event: Event, expected: int | None) -> None:
-        self.recorded_at_ms = recorded_at_ms
-        self.event = event
-        self.expected = expected  # the latest sequence this append must follow, if any
-        self.taken = False  # in a leader's batch: that leader finishes it
-        self.shared_error = False  # `error` is the batch's, raised in several threads
-        self.result: JournalEvent | None = None
-        self.error: BaseException | None = None
-        self.end = 0
-        self.done = False
-
-
 class SessionGone(NotFoundError):
     """The session this object opened was deleted (maybe created again since), or a
     pending delete dooms it: found under its lock, before anything was written.
     The store opens the id afresh and tries again."""
-
-
-def _own_copy(exc: BaseException) -> BaseException:
-    """A copy of an exception that several threads raise (each gets its own traceback)."""
-    try:
-        return copy.copy(exc)
-    except Exception:  # an exception type that cannot be rebuilt from its args
-        return JournalError(f"{type(exc).__name__}: {exc}")
-
-
-def _fail_batch(batch: list[_Append], leader: _Append, exc: BaseException) -> None:
-    """Give every member of a failed batch (that has no error of its own) the failure.
-
-    An interrupt of the leading thread (KeyboardInterrupt, SystemExit) is that
-    thread's own; the others learn that their append was interrupted, and may or
-    may not have been written, as a JournalError.
-    """
-    for req in batch:
-        if req.error is not None:
-            continue
-        if req is leader or isinstance(exc, Exception):
-            req.error = exc
-            req.shared_error = req is not leader
-        else:
-            req.error = JournalError(
-                f"the thread writing this append was interrupted ({type(exc).__name__});"
-                " the event may or may not have been appended"
-            )
 
 
 class Session:
@@ -292,13 +233,8 @@ class Session:
         # Set by the store: is this session doomed by a pending delete? (checked
         # under the lock when it cannot be taken for quiet, `_acquire_locks`)
         self.doomed: Callable[[], bool] | None = None
-        self._appends: list[_Append] = []  # queued appends, the leader first
         self._context_cache: tuple[list[msgspec.Raw], int, bytearray] | None = None
-        # `with` on the lock itself where nothing waits: Condition.__enter__ is a
-        # Python-level call, on every append
-        self._appends_lock = threading.Lock()
-        self._appends_cv = threading.Condition(self._appends_lock)
-        self._last_batch = 1
+        self.appends = AppendQueue(self)
         self.users = 0  # calls using this object now (the store's cache never closes those)
         self.retired = False  # dropped from the store's cache: the last user closes it
         self.deleted = False  # deleted by this process: closing it trims nothing
@@ -1304,117 +1240,39 @@ class Session:
     def append_event(
         self, recorded_at_ms: int, event: Event, expected_latest: int | None = None
     ) -> JournalEvent:
-        """Append one event as its own commit; concurrent appends share a write.
+        """Append one event as its own commit; concurrent appends share a write
+        (`appends.AppendQueue`)."""
+        return self.appends.append(PendingAppend(recorded_at_ms, event, expected_latest))
 
-        Appends from several threads queue up; the first in line (the leader)
-        takes the write lock once and writes every queued event as its own
-        one-record commit in one `pwrite`, as LevelDB's writers do. Each event
-        is still a separate commit (a torn write keeps a prefix of them), each
-        caller still gets its own sequence or its own error, and durability is
-        still group commit (`wait_durable`). Without contention the queue holds
-        one append and this is a plain commit.
-        """
-        req = _Append(recorded_at_ms, event, expected_latest)
-        queue, cv = self._appends, self._appends_cv
-        with self._appends_lock:
-            queue.append(req)
-            if len(queue) > 1:
-                cv.notify_all()  # a leader may be gathering (`_gather_appends`)
-            try:
-                while not req.done and queue[0] is not req:
-                    cv.wait()
-            except BaseException:
-                # Interrupted while queued (a signal handler raised): leave the queue,
-                # unless a leader already took this append (then it is its to finish),
-                # so that the next in line can lead instead of everyone waiting forever.
-                if not req.taken and not req.done:
-                    queue.remove(req)
-                    cv.notify_all()
-                raise
-        if not req.done:
-            self._lead_appends(req)  # and synced it, in fsync mode
-            if req.error is None:
-                assert req.result is not None
-                return req.result
-        if req.error is not None:
-            if req.shared_error:  # one exception for the whole batch: raise our own copy
-                raise _own_copy(req.error) from req.error
-            raise req.error
-        assert req.result is not None
-        self.wait_durable(req.end)  # led by another thread, which syncs it too
-        return req.result
+    @property
+    def durable(self) -> bool:
+        return self.options.durable
 
-    def _gather_appends(self) -> None:
-        """Before leading a durable batch, wait briefly for the threads of the last one.
+    def last_sync_seconds(self) -> float:
+        return self.log.last_sync
 
-        Threads released by one sync all prepare their next event at once, and the
-        first to queue leads: without this it went out alone and the others formed
-        the next batch, so batches alternated between one append and the rest.
-        Waits at most as long as the last sync took (1 ms at most), and only when
-        the last batch had company: a lone writer never waits.
-        """
-        want = self._last_batch
-        if want < 2 or not self.options.durable:
-            return
-        cv = self._appends_cv
-        with cv:
-            deadline = time.monotonic() + min(self.log.last_sync, _GATHER_APPENDS_MAX)
-            while len(self._appends) < want:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                cv.wait(left)
-
-    def _lead_appends(self, leader: _Append) -> None:
-        """Commit (and, in fsync mode, sync) the queue's front as one batch.
-
-        Always leaves the queue with the batch removed and every member done, with
-        its result or an error, whatever happens here (see `finally`).
-        """
-        batch = [leader]
+    def write_batch(self, take: Callable[[], list[PendingAppend]]) -> None:
+        """Take the write lock, commit the appends `take()` returns, release it
+        (`appends.BatchWriter`). `committing()` spelled out: its three nested
+        context managers cost more than the flock they take."""
         durable = self.options.durable
+        if durable:
+            self.log.announce()
         try:
-            if self._last_batch > 1:
-                self._gather_appends()
-            # `committing()` spelled out: its three nested context managers cost
-            # more than the flock they take.
-            if durable:
-                self.log.announce()
+            self._acquire_writer()
             try:
-                self._acquire_writer()
-                try:
-                    with self._appends_lock:
-                        queue = self._appends
-                        batch = queue[:_MAX_APPEND_BATCH] if len(queue) > 1 else [leader]
-                        for req in batch:
-                            req.taken = True
-                    self._last_batch = len(batch)
-                    self._commit_appends(batch)
-                    self.after_commit()
-                except BaseException:
-                    self._writer_ready = False  # not quiet next time: see `_release_writer`
-                    raise
-                finally:
-                    self._release_writer()
+                self._commit_appends(take())
+                self.after_commit()
+            except BaseException:
+                self._writer_ready = False  # not quiet next time: see `_release_writer`
+                raise
             finally:
-                if durable:
-                    self.log.arrived()
-            # Still first in line, sync the batch (the session lock is free meanwhile):
-            # appends that arrive during the sync queue up behind it and go out as
-            # the next batch, one write and one sync for all of them.
-            if durable:
-                self.log.wait_durable(leader.end if len(batch) == 1 else max(r.end for r in batch))
-        except BaseException as exc:  # before the batch was taken, only the leader tried
-            _fail_batch(batch, leader, exc)
+                self._release_writer()
         finally:
-            with self._appends_lock:
-                del self._appends[: len(batch)]
-                for req in batch:
-                    req.done = True
-                if len(batch) > 1 or self._appends:  # batch members, or the next leader
-                    self._appends_cv.notify_all()
+            if durable:
+                self.log.arrived()
 
-    def _commit_appends(self, batch: list[_Append]) -> None:
+    def _commit_appends(self, batch: list[PendingAppend]) -> None:
         """Write the batch's events as consecutive one-record commits (lock held).
 
         Planned, written and applied under the state lock: the rules are updated
@@ -1432,7 +1290,7 @@ class Session:
             rules = head.rules
             seq = head.event_counter
             changes: eventrules.Undo = []
-            staged: list[tuple[_Append, EventPayload, bytes]] = []
+            staged: list[tuple[PendingAppend, EventPayload, bytes]] = []
             for req in batch:
                 if req.expected is not None and req.expected != seq:
                     req.error = ContractViolationError(
@@ -1481,7 +1339,7 @@ class Session:
                 state.end = end
 
     def _apply_own_events(
-        self, staged: list[tuple[_Append, EventPayload, bytes]], start: int
+        self, staged: list[tuple[PendingAppend, EventPayload, bytes]], start: int
     ) -> int:
         """`_apply` of the one-event commits this writer just wrote from `start` (state
         lock held); fills in each append's end and result, returns the end.

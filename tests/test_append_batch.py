@@ -39,7 +39,7 @@ def _queue_behind_the_lock(store: journal.Store, session_id: str, events: list[E
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + 30
-        while len(sess._appends) < len(events):
+        while len(sess.appends) < len(events):
             assert time.monotonic() < deadline, "appends did not queue up"
             time.sleep(0.001)
     for thread in threads:
@@ -172,7 +172,7 @@ def test_in_one_queue_only_the_first_of_two_with_the_same_expectation_wins(
             for thread in threads:
                 thread.start()
             deadline = time.monotonic() + 30
-            while len(sess._appends) < 2:
+            while len(sess.appends) < 2:
                 assert time.monotonic() < deadline
                 time.sleep(0.001)
         for thread in threads:
@@ -223,7 +223,7 @@ def test_an_append_interrupted_while_queued_leaves_the_queue(
         leader = threading.Thread(target=store.append_event, args=("a", T0, _event("lead")))
         leader.start()
         deadline = time.monotonic() + 10
-        while not (sess._appends and sess._appends[0].taken):
+        while not sess.appends.front_taken():
             assert time.monotonic() < deadline
             time.sleep(0.005)
 
@@ -243,7 +243,7 @@ def test_an_append_interrupted_while_queued_leaves_the_queue(
             signal.signal(signal.SIGALRM, previous)
         leader.join(10)
         monkeypatch.undo()
-        assert sess._appends == []
+        assert len(sess.appends) == 0
         outcome: list[Any] = []
         later = threading.Thread(
             target=lambda: outcome.append(store.append_event("a", T0 + 2, _event("later"))),
