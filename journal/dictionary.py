@@ -26,7 +26,7 @@ import zstandard
 
 from .errors import CorruptionError
 from .payloads import DictionaryPayload, dictionary_decoder, encode
-from .record import FLAG_COMMIT, Record
+from .record import DICT_COMPRESS_MIN, FLAG_COMMIT, Record
 
 SAMPLE_BYTES = 32 << 10  # payload bytes sampled before training
 SIZE = 8 << 10  # the trained dictionary's size
@@ -151,3 +151,57 @@ def train(samples: list[bytes]) -> bytes | None:
     if saved * 4 < raw or saved < 2 * len(data):
         return None
     return data
+
+
+class Sampler:
+    """The payloads one writer samples for training its session's dictionary.
+
+    `samples` is None once the session has a dictionary or gave up on one (or never
+    wants one); then nothing is sampled. The caller serialises calls: `add` runs
+    under the session's write lock, the rest under its state lock.
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self.samples: list[bytes] | None = [] if enabled else None
+        self.sampled = 0  # bytes kept in `samples`
+        self.since_asked = 0  # bytes seen since a training job was last asked for
+        self.training = False  # a job took the samples and has not finished
+
+    def add(self, payload: bytes) -> bool:
+        """Keep `payload` (a prefix of a long one); True when a training job should be
+        asked for: enough samples, `SAMPLE_BYTES` more since the last ask, none running."""
+        samples = self.samples
+        if samples is None or len(payload) < DICT_COMPRESS_MIN:  # never compressed with it
+            return False
+        # A prefix of a long payload samples it: one 50 KiB checkpoint alone would
+        # otherwise fill the sample, and training wants many samples.
+        size = min(len(payload), SAMPLE_MAX)
+        if self.sampled < SAMPLE_BYTES:
+            samples.append(payload[:size] if size < len(payload) else payload)
+            self.sampled += size
+        self.since_asked += size
+        return (
+            self.sampled >= SAMPLE_BYTES and self.since_asked >= SAMPLE_BYTES and not self.training
+        )
+
+    def asked(self) -> None:
+        """A training job was asked for: the next ask waits for `SAMPLE_BYTES` more."""
+        self.since_asked = 0
+
+    def take(self) -> list[bytes] | None:
+        """The samples for a training job, once there are enough and no other job has
+        them (else None)."""
+        samples = self.samples
+        if samples is None or self.sampled < SAMPLE_BYTES or self.training:
+            return None
+        self.training = True
+        return list(samples)
+
+    def failed(self) -> None:
+        """The job that took the samples stopped early (an error): a later one may try."""
+        self.training = False
+
+    def stop(self) -> None:
+        """The session has a dictionary, or training found none worth keeping."""
+        self.samples = None
+        self.training = False

@@ -71,7 +71,6 @@ from .record import (
     CHECKPOINT,
     COMMIT,
     DICT,
-    DICT_COMPRESS_MIN,
     EVENT,
     EXECUTION,
     FLAG_COMMIT,
@@ -196,15 +195,12 @@ class Session:
         # A private session's caller may ask to hear when its first commit is written
         # (to start syncing it while the rest of the call runs: `Store._stage`).
         self.on_written: Callable[[], None] | None = None
-        # Payloads this writer sampled for the session's dictionary; None when the
-        # session has one, or gave up on one, or is private. `on_samples` (set by
+        # Payloads this writer samples for the session's dictionary (none when the
+        # session has one, or gave up on one, or is private). `on_samples` (set by
         # the store) hears that there are enough to train one, and again after every
         # further `SAMPLE_BYTES` written while none came of it (the background job
         # may have been dropped: `SparePool.run_soon`).
-        self._samples: list[bytes] | None = [] if options.dictionary and not private else None
-        self._sampled = 0
-        self._since_asked = 0
-        self._training = False  # a job took the samples and has not finished
+        self.sampler = dictionary.Sampler(options.dictionary and not private)
         self.on_samples: Callable[[], None] | None = None
         self.identity_path = os.path.join(directory, IDENTITY_FILE)  # checked on every call
         # (a private directory is not published: nothing to tell its incarnation from)
@@ -314,7 +310,7 @@ class Session:
             self._receipts = set(head.receipts)
             self._snapshot_covered = head.covered
             if head.dict_pos >= 0:
-                self._samples = None
+                self.sampler.stop()
         # Damage is remembered, not raised: the committed prefix before it stays readable.
         self._catch_up(strict=False, tolerate=True, cold=True)
 
@@ -603,8 +599,7 @@ class Session:
             raise CorruptionError(dictionary.MISPLACED, path=self.log.label, offset=rec.pos)
         if to_head:
             self.head.dict_pos = rec.pos
-        self._samples = None
-        self._training = False
+        self.sampler.stop()
 
     def _apply_loss(self, rec: Record, to_head: bool) -> None:
         """A LOSS record: the numbers handed out before the loss stay used.
@@ -871,7 +866,7 @@ class Session:
             payload = _encode(obj)
             if len(payload) > self.options.max_record_bytes:
                 raise_too_large(rtype, len(payload), self.options.max_record_bytes)
-            if self._samples is not None:
+            if self.sampler.samples is not None:
                 self._sample(payload)
             data = frame(rtype, payload, commit=False, dictionary=zdict)
             frames.append(data)
@@ -896,23 +891,8 @@ class Session:
 
     def _sample(self, payload: bytes) -> None:
         """Keep `payload` for training the session's dictionary (writer's lock held)."""
-        samples = self._samples
-        if samples is None or len(payload) < DICT_COMPRESS_MIN:  # never compressed with it
-            return
-        # A prefix of a long payload samples it: one 50 KiB checkpoint alone would
-        # otherwise fill the sample, and training wants many samples.
-        size = min(len(payload), dictionary.SAMPLE_MAX)
-        if self._sampled < dictionary.SAMPLE_BYTES:
-            samples.append(payload[:size] if size < len(payload) else payload)
-            self._sampled += size
-        self._since_asked += size
-        if (
-            self._sampled >= dictionary.SAMPLE_BYTES
-            and self._since_asked >= dictionary.SAMPLE_BYTES
-            and not self._training
-            and self.on_samples is not None
-        ):
-            self._since_asked = 0
+        if self.sampler.add(payload) and self.on_samples is not None:
+            self.sampler.asked()
             # Optional work: a failure to queue it must not fail the caller's commit.
             with contextlib.suppress(Exception):
                 self.on_samples()
@@ -922,22 +902,17 @@ class Session:
         them (else None). The job ends with `write_dictionary` or `no_dictionary`,
         or `training_failed`."""
         with self._state_lock:
-            samples = self._samples
-            if samples is None or self._sampled < dictionary.SAMPLE_BYTES or self._training:
-                return None
-            self._training = True
-            return list(samples)
+            return self.sampler.take()
 
     def training_failed(self) -> None:
         """The job that took the samples stopped early (an error): a later one may try."""
         with self._state_lock:
-            self._training = False
+            self.sampler.failed()
 
     def no_dictionary(self) -> None:
         """Training found no dictionary worth keeping: stop sampling (this object)."""
         with self._state_lock:
-            self._samples = None
-            self._training = False
+            self.sampler.stop()
 
     def write_dictionary(self, data: bytes) -> bool:
         """Commit `data` as the session's dictionary (caller holds `writing()`); False
@@ -1310,7 +1285,7 @@ class Session:
                     size = len(raw)
                     if size > limit:
                         raise_too_large(EVENT, size, limit)
-                    if self._samples is not None:
+                    if self.sampler.samples is not None:
                         self._sample(raw)
                     data = frame(EVENT, raw, commit=True, dictionary=zdict)
                 except Exception as exc:  # this caller's input: the others go on
