@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +186,90 @@ async def deep_page_sqlite(
     return await asyncio.to_thread(run)
 
 
+@dataclass
+class Reads:
+    """One side's read workloads after the turns (see `measure`)."""
+
+    deep: Callable[[], Awaitable[Any]]  # a page of 50 about halfway down the history
+    fresh50: Callable[[], Awaitable[Any]]  # a new session object per read
+    cold50: Callable[[], Awaitable[Any]]  # nothing cached
+    cold_deep: Callable[[], Awaitable[Any]]
+    cold_turn: Callable[[list[list[Item]]], Awaitable[None]]
+    cold_setup: Callable[[], object] | None  # untimed, before each "nothing cached" read
+    close: Callable[[], None]
+
+
+async def journal_reads(s: JournalSession, sid: str, n_items: int) -> Reads:
+    page = await s.get_items_page(n_items // 2)
+    cursor = page.next_before
+
+    async def deep() -> Any:
+        return await s.get_items_page(50, before=cursor)
+
+    # A fresh session object per request (e.g. a web server), one store per
+    # process: it shares the process's cache of the session.
+    async def fresh50() -> Any:
+        return await JournalSession(sid, s.store).get_items(50)
+
+    async def cold_deep() -> Any:
+        return await JournalSession(sid, s.store).get_items_page(50, before=cursor)
+
+    async def cold_turn(calls: list[list[Item]]) -> None:
+        fresh = JournalSession(sid, s.store)
+        await fresh.get_items()
+        for items in calls:
+            await fresh.add_items(items)
+
+    # The first read of the session in a process: nothing cached (`drop_caches`,
+    # untimed, forgets what this process read; a new process has nothing to drop).
+    return Reads(deep, fresh50, fresh50, cold_deep, cold_turn, drop_caches, lambda: None)
+
+
+def sqlite_reads(s: SQLiteSession, sid: str, n_items: int) -> Reads:
+    conn = sqlite3.connect(str(s.db_path), check_same_thread=False)
+    ids = [
+        r[0]
+        for r in conn.execute(
+            f"SELECT id FROM {s.messages_table} WHERE session_id = ? ORDER BY id",
+            (sid,),
+        )
+    ]
+    before_id = ids[len(ids) - n_items // 2]
+
+    async def deep() -> Any:
+        return await deep_page_sqlite(conn, s, before_id, 50)
+
+    async def fresh50() -> Any:
+        fresh = SQLiteSession(sid, s.db_path)
+        try:
+            return await fresh.get_items(50)
+        finally:
+            fresh.close()
+
+    async def cold_turn(calls: list[list[Item]]) -> None:
+        fresh = SQLiteSession(sid, s.db_path)
+        try:
+            await fresh.get_items()
+            for items in calls:
+                await fresh.add_items(items)
+        finally:
+            fresh.close()
+
+    async def cold_deep() -> Any:
+        fresh = SQLiteSession(sid, s.db_path)
+        try:
+            c = sqlite3.connect(str(s.db_path), check_same_thread=False)
+            try:
+                return await deep_page_sqlite(c, fresh, before_id, 50)
+            finally:
+                c.close()
+        finally:
+            fresh.close()
+
+    # A new SQLiteSession opens a new connection: nothing cached.
+    return Reads(deep, fresh50, fresh50, cold_deep, cold_turn, None, conn.close)
+
+
 async def measure(
     side: Side, turns: list[list[list[Item]]], reads: int, more_turns: list[list[list[Item]]]
 ) -> dict[str, Any]:
@@ -201,92 +286,22 @@ async def measure(
     res["get_all"] = statistics.median(
         [await timed(lambda: s.get_items()) for _ in range(max(3, reads // 10))]
     )
-    # A page of 50 items about halfway down the history.
     if side.name == "journal":
-        page = await s.get_items_page(n_items // 2)
-        cursor = page.next_before
-
-        async def deep() -> Any:
-            return await s.get_items_page(50, before=cursor)
-
-        # A fresh session object per request (e.g. a web server), one store per
-        # process: it shares the process's cache of the session.
-        async def fresh50() -> Any:
-            return await JournalSession(sid, s.store).get_items(50)
-
-        # The first read of the session in a process: nothing cached (`drop_caches`,
-        # untimed, forgets what this process read; a new process has nothing to drop).
-        cold_setup: Callable[[], object] | None = drop_caches
-
-        async def cold50() -> Any:
-            return await JournalSession(sid, s.store).get_items(50)
-
-        async def cold_deep() -> Any:
-            return await JournalSession(sid, s.store).get_items_page(50, before=cursor)
-
-        async def cold_turn(calls: list[list[Item]]) -> None:
-            fresh = JournalSession(sid, s.store)
-            await fresh.get_items()
-            for items in calls:
-                await fresh.add_items(items)
+        w = await journal_reads(s, sid, n_items)
     else:
-        conn = sqlite3.connect(str(s.db_path), check_same_thread=False)
-        ids = [
-            r[0]
-            for r in conn.execute(
-                f"SELECT id FROM {s.messages_table} WHERE session_id = ? ORDER BY id",
-                (sid,),
-            )
-        ]
-        before_id = ids[len(ids) - n_items // 2]
-
-        async def deep() -> Any:
-            return await deep_page_sqlite(conn, s, before_id, 50)
-
-        async def fresh50() -> Any:
-            fresh = SQLiteSession(sid, s.db_path)
-            try:
-                return await fresh.get_items(50)
-            finally:
-                fresh.close()
-
-        cold50 = fresh50  # a new SQLiteSession opens a new connection: nothing cached
-        cold_setup = None
-
-        async def cold_turn(calls: list[list[Item]]) -> None:
-            fresh = SQLiteSession(sid, s.db_path)
-            try:
-                await fresh.get_items()
-                for items in calls:
-                    await fresh.add_items(items)
-            finally:
-                fresh.close()
-
-        async def cold_deep() -> Any:
-            fresh = SQLiteSession(sid, s.db_path)
-            try:
-                c = sqlite3.connect(str(s.db_path), check_same_thread=False)
-                try:
-                    return await deep_page_sqlite(c, fresh, before_id, 50)
-                finally:
-                    c.close()
-            finally:
-                fresh.close()
-
-    res["deep50"] = statistics.median([await timed(deep) for _ in range(reads)])
-    res["fresh50"] = statistics.median([await timed(fresh50) for _ in range(reads)])
-    res["cold50"] = statistics.median([await timed(cold50, cold_setup) for _ in range(reads)])
-    res["cold_deep50"] = statistics.median(
-        [await timed(cold_deep, cold_setup) for _ in range(reads)]
-    )
+        w = sqlite_reads(s, sid, n_items)
+    cold = w.cold_setup
+    res["deep50"] = statistics.median([await timed(w.deep) for _ in range(reads)])
+    res["fresh50"] = statistics.median([await timed(w.fresh50) for _ in range(reads)])
+    res["cold50"] = statistics.median([await timed(w.cold50, cold) for _ in range(reads)])
+    res["cold_deep50"] = statistics.median([await timed(w.cold_deep, cold) for _ in range(reads)])
     # A turn as a stateless server runs it with nothing cached: a new session object
     # reads the whole conversation (the Runner's get_items() without a limit), then
     # adds the turn's items (the conversation grows by these turns).
     res["cold_turn"] = statistics.median(
-        [await timed(lambda calls=calls: cold_turn(calls), cold_setup) for calls in more_turns]
+        [await timed(lambda calls=calls: w.cold_turn(calls), cold) for calls in more_turns]
     )
-    if side.name != "journal":
-        conn.close()
+    w.close()
     # Disk while open (SQLite: db + WAL + shm), then pops, then after close.
     res["disk_open"] = disk_usage(side.dir)
     pops = [await timed(lambda: s.pop_item()) for _ in range(min(50, n_items))]
@@ -340,94 +355,103 @@ def fmt_b(b: float) -> str:
     return f"{b / KIB / KIB:8.2f} MiB" if b >= KIB * KIB else f"{b / KIB:8.1f} KiB"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument(
-        "--quick", action="store_true", help="300 turns for latency (1,000 for bytes), 1 rep"
-    )
-    ap.add_argument("--turns", type=int, default=None, help="turns for the latency runs")
-    ap.add_argument("--reps", type=int, default=None, help="alternating repetitions")
-    ap.add_argument("--dir", type=Path, default=HERE / "out", help="where to make stores")
-    ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args(argv)
-    turns_n = args.turns or (300 if args.quick else 1000)
-    reps = args.reps or (1 if args.quick else 3)
+ROWS = [
+    ("add_items, per call (median)", "add_call"),
+    ("add_items, per call (p95)", "add_p95"),
+    ("add_items, per turn (median)", "add_turn"),
+    ("get_items(limit=50), long session", "get50"),
+    ("get_items() (all), long session", "get_all"),
+    ("page of 50, halfway down the history", "deep50"),
+    ("new session object: get_items(50)", "fresh50"),
+    ("nothing cached: get_items(50)", "cold50"),
+    ("nothing cached: page of 50, halfway", "cold_deep50"),
+    ("nothing cached: turn (get_items, adds)", "cold_turn"),
+    ("pop_item, long session", "pop"),
+]
+
+
+def disk_rows(
+    disk: dict[str, dict[str, int]], rows: list[tuple[str, str]], section: dict[str, Any]
+) -> None:
+    """Print the byte rows journal against SQLite and add them to `section`."""
+    for label, key in rows:
+        j, q = disk["journal"][key], disk["sqlite"][key]
+        print(f"{label:40} {fmt_b(j):>12} {fmt_b(q):>12} {q / j:14.2f}x")
+        section[key] = {"journal": j, "sqlite": q, "ratio": q / j}
+
+
+def run_latency(
+    profile: str, args: argparse.Namespace, turns: list[list[list[Item]]], reps: int
+) -> dict[str, list[dict[str, Any]]]:
+    """The `measure` runs of both sides, alternating which goes first."""
     reads = 30 if args.quick else 100
     cold_turns = 20 if args.quick else 50
-    args.dir.mkdir(parents=True, exist_ok=True)
-    report: dict[str, Any] = {"turns": turns_n, "reps": reps}
-
-    for profile in ("chat", "tools"):
-        turns = make_turns(turns_n, profile)
-        more_turns = make_turns(cold_turns, profile, seed=8)
-        runs: dict[str, list[dict[str, Any]]] = {"journal": [], "sqlite": []}
-        for rep in range(reps):
-            order = ("journal", "sqlite") if rep % 2 == 0 else ("sqlite", "journal")
-            for name in order:
-                side = Side(name, args.dir)
-                try:
-                    print(
-                        f"[{profile}] {name}: {turns_n} turns (rep {rep + 1}/{reps})",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    runs[name].append(asyncio.run(measure(side, turns, reads, more_turns)))
-                finally:
-                    side.cleanup()
-        # bytes after exactly 1,000 turns
-        turns_1k = turns if turns_n == 1000 else make_turns(1000, profile)
-        disk: dict[str, dict[str, int]] = {}
-        for name in ("journal", "sqlite"):
+    turns_n = len(turns)
+    more_turns = make_turns(cold_turns, profile, seed=8)
+    runs: dict[str, list[dict[str, Any]]] = {"journal": [], "sqlite": []}
+    for rep in range(reps):
+        order = ("journal", "sqlite") if rep % 2 == 0 else ("sqlite", "journal")
+        for name in order:
             side = Side(name, args.dir)
             try:
-                print(f"[{profile}] {name}: bytes after 1,000 turns", file=sys.stderr, flush=True)
-                disk[name] = asyncio.run(disk_only(side, turns_1k))
+                print(
+                    f"[{profile}] {name}: {turns_n} turns (rep {rep + 1}/{reps})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                runs[name].append(asyncio.run(measure(side, turns, reads, more_turns)))
             finally:
                 side.cleanup()
+    return runs
 
-        def med(name: str, key: str, runs: dict[str, list[dict[str, Any]]] = runs) -> float:
-            return statistics.median(r[key] for r in runs[name])
 
-        rows = [
-            ("add_items, per call (median)", "add_call"),
-            ("add_items, per call (p95)", "add_p95"),
-            ("add_items, per turn (median)", "add_turn"),
-            ("get_items(limit=50), long session", "get50"),
-            ("get_items() (all), long session", "get_all"),
-            ("page of 50, halfway down the history", "deep50"),
-            ("new session object: get_items(50)", "fresh50"),
-            ("nothing cached: get_items(50)", "cold50"),
-            ("nothing cached: page of 50, halfway", "cold_deep50"),
-            ("nothing cached: turn (get_items, adds)", "cold_turn"),
-            ("pop_item, long session", "pop"),
-        ]
-        items = runs["journal"][0]["items"]
-        print(
-            f"\n== profile {profile!r}: {turns_n} turns, {items} items, "
-            f"{fmt_b(json_bytes(turns)).strip()} of item JSON =="
-        )
-        print(f"{'workload':40} {'journal':>12} {'SQLite':>12} {'SQLite/journal':>15}")
-        section: dict[str, Any] = {}
-        for label, key in rows:
-            j, q = med("journal", key), med("sqlite", key)
-            print(f"{label:40} {fmt_t(j):>12} {fmt_t(q):>12} {q / j:14.2f}x")
-            section[key] = {"journal": j, "sqlite": q, "ratio": q / j}
-        json1k = json_bytes(turns_1k)
-        print(f"bytes on disk after 1,000 turns ({fmt_b(json1k).strip()} of item JSON):")
-        for label, key in (
+def run_profile(profile: str, args: argparse.Namespace, turns_n: int, reps: int) -> dict[str, Any]:
+    """One item profile: latency rows, then bytes after exactly 1,000 turns."""
+    turns = make_turns(turns_n, profile)
+    runs = run_latency(profile, args, turns, reps)
+    turns_1k = turns if turns_n == 1000 else make_turns(1000, profile)
+    disk: dict[str, dict[str, int]] = {}
+    for name in ("journal", "sqlite"):
+        side = Side(name, args.dir)
+        try:
+            print(f"[{profile}] {name}: bytes after 1,000 turns", file=sys.stderr, flush=True)
+            disk[name] = asyncio.run(disk_only(side, turns_1k))
+        finally:
+            side.cleanup()
+
+    def med(name: str, key: str) -> float:
+        return statistics.median(r[key] for r in runs[name])
+
+    items = runs["journal"][0]["items"]
+    print(
+        f"\n== profile {profile!r}: {turns_n} turns, {items} items, "
+        f"{fmt_b(json_bytes(turns)).strip()} of item JSON =="
+    )
+    print(f"{'workload':40} {'journal':>12} {'SQLite':>12} {'SQLite/journal':>15}")
+    section: dict[str, Any] = {}
+    for label, key in ROWS:
+        j, q = med("journal", key), med("sqlite", key)
+        print(f"{label:40} {fmt_t(j):>12} {fmt_t(q):>12} {q / j:14.2f}x")
+        section[key] = {"journal": j, "sqlite": q, "ratio": q / j}
+    json1k = json_bytes(turns_1k)
+    print(f"bytes on disk after 1,000 turns ({fmt_b(json1k).strip()} of item JSON):")
+    disk_rows(
+        disk,
+        [
             ("  while open (SQLite: db + WAL + shm)", "disk_open"),
             ("  after close (du)", "disk_closed"),
             ("  after close (file sizes)", "apparent_closed"),
             ("  after close (without preallocation)", "used_closed"),
-        ):
-            j, q = disk["journal"][key], disk["sqlite"][key]
-            print(f"{label:40} {fmt_b(j):>12} {fmt_b(q):>12} {q / j:14.2f}x")
-            section[key] = {"journal": j, "sqlite": q, "ratio": q / j}
-        section["item_json_bytes_1k"] = json1k
-        report[profile] = section
+        ],
+        section,
+    )
+    section["item_json_bytes_1k"] = json1k
+    return section
 
-    # The other shape: many short sessions (journal's per-session files and
-    # preallocated segment start weigh here; SQLite shares one file and one WAL).
+
+def run_many_sessions(args: argparse.Namespace) -> dict[str, Any]:
+    """The other shape: many short sessions (journal's per-session files and
+    preallocated segment start weigh here; SQLite shares one file and one WAL)."""
     n_sessions, short = (20, 5) if args.quick else (100, 10)
     turns = make_turns(short, "chat")
     disk = {}
@@ -442,16 +466,36 @@ def main(argv: list[str] | None = None) -> int:
         f"\n== {n_sessions} sessions of {short} chat turns each "
         f"({fmt_b(n_sessions * json_bytes(turns)).strip()} of item JSON) =="
     )
-    section = {}
-    for label, key in (
-        ("  while open (SQLite: db + WAL + shm)", "disk_open"),
-        ("  after close (du)", "disk_closed"),
-        ("  after close (without preallocation)", "used_closed"),
-    ):
-        j, q = disk["journal"][key], disk["sqlite"][key]
-        print(f"{label:40} {fmt_b(j):>12} {fmt_b(q):>12} {q / j:14.2f}x")
-        section[key] = {"journal": j, "sqlite": q, "ratio": q / j}
-    report["many_sessions"] = section
+    section: dict[str, Any] = {}
+    disk_rows(
+        disk,
+        [
+            ("  while open (SQLite: db + WAL + shm)", "disk_open"),
+            ("  after close (du)", "disk_closed"),
+            ("  after close (without preallocation)", "used_closed"),
+        ],
+        section,
+    )
+    return section
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--quick", action="store_true", help="300 turns for latency (1,000 for bytes), 1 rep"
+    )
+    ap.add_argument("--turns", type=int, default=None, help="turns for the latency runs")
+    ap.add_argument("--reps", type=int, default=None, help="alternating repetitions")
+    ap.add_argument("--dir", type=Path, default=HERE / "out", help="where to make stores")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    turns_n = args.turns or (300 if args.quick else 1000)
+    reps = args.reps or (1 if args.quick else 3)
+    args.dir.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"turns": turns_n, "reps": reps}
+    for profile in ("chat", "tools"):
+        report[profile] = run_profile(profile, args, turns_n, reps)
+    report["many_sessions"] = run_many_sessions(args)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 0

@@ -142,21 +142,35 @@ async def test_a_pop_checks_the_sessions_identity_with_one_stat(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The identity file alone tells incarnations apart (as the store does): one
-    # `stat` of it per pop, not one of the directory as well.
+    # `stat` of it per pop (through `Store.incarnation`), not one of the directory
+    # as well, and none by the integration itself.
     async with JournalSession("one", tmp_path / "store", durability="os") as s:
         await s.add_items(msgs("a", "b"))
         assert contents(await s.get_items()) == ["a", "b"]
-        real_stat = os.stat
+        real_stat, real_incarnation = os.stat, s.store.incarnation
+        asking: set[int] = set()  # threads inside Store.incarnation
         mine: list[str] = []
 
         def stat(path: Any, *a: Any, **k: Any) -> Any:
-            if sys._getframe(1).f_globals.get("__name__") == "journal.integrations.openai_agents":
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            if threading.get_ident() in asking or caller.startswith(
+                "journal.integrations.openai_agents"
+            ):
                 mine.append(os.fspath(path))
             return real_stat(path, *a, **k)
 
+        def incarnation(session_id: str) -> Any:
+            asking.add(threading.get_ident())
+            try:
+                return real_incarnation(session_id)
+            finally:
+                asking.discard(threading.get_ident())
+
+        monkeypatch.setattr(s.store, "incarnation", incarnation)
         monkeypatch.setattr(os, "stat", stat)
         assert contents([await s.pop_item()]) == ["b"]
-        assert mine == [s._identity_file]
+        # FORMAT.md names the identity file `SESSION`
+        assert mine == [os.path.join(s.store.session_dir("one"), "SESSION")]
 
 
 @pytest.mark.asyncio

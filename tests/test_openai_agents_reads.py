@@ -19,6 +19,9 @@ from journal import EventPageRequest
 from journal.integrations import openai_agents as oa
 from journal.integrations.openai_agents import JournalSession
 
+# The scan's page size is internal; the test checks a long read keeps to it.
+from journal.integrations.openai_agents.scan import PAGE_EVENTS
+
 
 def msgs(*contents: str) -> list[Any]:
     return [{"role": "user", "content": c} for c in contents]
@@ -149,9 +152,9 @@ async def test_a_cold_scan_through_tombstones_pages_geometrically(
     oa.drop_caches()
     reads.log.clear()
     assert contents(await JournalSession("pops", store).get_items()) == live
-    # a whole history is read in pages of at most oa._PAGE_EVENTS events
+    # a whole history is read in pages of at most PAGE_EVENTS events
     pages = [r[1] for r in reads.log if r[0] == "event_page"]
-    assert pages == [oa._PAGE_EVENTS] * len(pages) and len(pages) == -(-340 // oa._PAGE_EVENTS)
+    assert pages == [PAGE_EVENTS] * len(pages) and len(pages) == -(-340 // PAGE_EVENTS)
 
 
 @pytest.mark.asyncio

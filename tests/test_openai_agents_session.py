@@ -9,7 +9,7 @@ import asyncio
 import concurrent.futures
 import os
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -469,9 +469,16 @@ async def test_pops_from_three_store_objects_never_take_one_item_twice(tmp_path:
         s.close()
 
 
+@pytest.fixture
+def tiny_budget() -> Iterator[None]:
+    oa.set_cache_budget(1)  # every other session's cache is dropped
+    yield
+    oa.set_cache_budget(oa.CACHE_BUDGET)
+
+
 @pytest.mark.asyncio
-async def test_process_wide_cache_budget(make: Factory, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(oa._CACHES, "budget", 1)  # every other session's cache is dropped
+@pytest.mark.usefixtures("tiny_budget")
+async def test_process_wide_cache_budget(make: Factory) -> None:
     sessions = [make(f"budget-{k}") for k in range(3)]
     expected: list[list[str]] = [[], [], []]
     for i in range(12):
