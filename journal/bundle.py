@@ -38,8 +38,9 @@ import zstandard
 from . import fsio, sessiondir
 from .errors import CorruptionError, InvalidInputError, NotFoundError, StorageError
 from .layout import IDENTITY_FILE, LOG_DIR, dir_name
-from .log import SEGMENT_HEADER_SIZE, ScanState
 from .metafile import KIND_IDENTITY, read_meta
+from .scan import ScanState
+from .segment import SEGMENT_HEADER_SIZE
 from .sessiondir import SessionIdentity, open_log
 from .verify import SEVERITY_DATA, first_damage, verify_session_dir
 

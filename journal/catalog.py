@@ -36,9 +36,10 @@ from .cache import ReadCache
 from .errors import CorruptionError, JournalError, StorageError
 from .layout import BOOT_FILE, CATALOG_DIR, PROCS_DIR, SNAPSHOT_FILE, dir_name
 from .locks import FileLock
-from .log import KIND_CATALOG, Log, ScanState
+from .log import KIND_CATALOG, Log
 from .record import CATALOG, frame
 from .rootcheck import mkdir_below
+from .scan import ScanState, Tail
 from .types import SessionSummary
 
 OP_UPSERT = 1
@@ -471,14 +472,14 @@ class Catalog:
         """Read what others appended, cut a dead writer's torn tail, open our writer."""
         assert self.log is not None
         state = self.refresh()
-        if state.tail != "clean":
+        if state.tail != Tail.CLEAN:
             # We hold the lock, so unfinished bytes are a dead writer's: cut them.
             state = self.refresh(strict=True)
-            if state.tail == "corrupt":
+            if state.tail == Tail.CORRUPT:
                 raise CorruptionError(
                     f"catalog: {state.detail}", path=state.path, offset=state.file_offset
                 )
-            if state.tail == "torn":
+            if state.tail == Tail.TORN:
                 self.log.truncate_tail(state.end)
         self.log.open_writer(self.covered)
 
@@ -527,7 +528,7 @@ class Catalog:
                 return
             try:
                 state = self.refresh()
-                if state.tail == "clean" and self._snapshot_worth_it():
+                if state.tail == Tail.CLEAN and self._snapshot_worth_it():
                     self._write_snapshot()
             finally:
                 self.flock.release()

@@ -29,8 +29,9 @@ import msgspec
 
 from . import fsio, payloads
 from .index import INDEX_FILES
-from .log import SEGMENT_HEADER_SIZE, ScanState
 from .record import CHECKPOINT, HEADER_SIZE, PAD, frame, pad_frame
+from .scan import ScanState
+from .segment import SEGMENT_HEADER_SIZE
 from .session import Session, SessionOptions, compacted_stub
 
 STUB_MARK = "compacted"

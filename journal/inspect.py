@@ -16,7 +16,6 @@ from typing import Any
 import msgspec
 
 from . import payloads
-from .log import ScanState
 from .record import (
     CHECKPOINT,
     COMMIT,
@@ -28,6 +27,7 @@ from .record import (
     TYPE_NAMES,
     Record,
 )
+from .scan import ScanState
 from .sessiondir import open_log
 
 _DECODERS = payloads.DECODERS

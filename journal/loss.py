@@ -32,7 +32,7 @@ from . import fsio
 from .errors import CorruptionError, JournalError, UnfinishedSessionError
 from .index import INDEX_FILES, KIND_EVENTS, read_evidence
 from .layout import CUT_DIR, LOSS_PENDING_FILE, SNAPSHOT_FILE
-from .log import SEAL_RECORD, SEAL_SIZE, SEGMENT_HEADER_SIZE, Log, ScanState
+from .log import Log
 from .metafile import KIND_SNAPSHOT, read_meta
 from .payloads import (
     LossPayload,
@@ -44,6 +44,8 @@ from .payloads import (
 )
 from .record import CHECKPOINT, EVENT, EXECUTION, LOSS, OK, TRANSCRIPT, Record, frame, parse_at
 from .salvage import scan
+from .scan import ScanState
+from .segment import SEAL_RECORD, SEAL_SIZE, SEGMENT_HEADER_SIZE
 from .session import Head, Session, SessionOptions
 from .sessiondir import open_log
 

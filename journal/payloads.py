@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from .record import CHECKPOINT, COMMIT, DICT, EVENT, EXECUTION, LOSS, TRANSCRIPT
 from .types import Event, ExecutionRecord, StreamMetrics
 
 
@@ -115,18 +116,13 @@ dictionary_decoder = msgspec.msgpack.Decoder(DictionaryPayload)
 loss_decoder = msgspec.msgpack.Decoder(LossPayload)
 
 
-def _decoders() -> dict[int, msgspec.msgpack.Decoder[Any]]:
-    from .record import CHECKPOINT, COMMIT, DICT, EVENT, EXECUTION, LOSS, TRANSCRIPT
-
-    return {
-        LOSS: loss_decoder,
-        CHECKPOINT: checkpoint_decoder,
-        TRANSCRIPT: transcript_decoder,
-        EXECUTION: execution_decoder,
-        EVENT: event_decoder,
-        COMMIT: commit_decoder,
-        DICT: dictionary_decoder,
-    }
-
-
-DECODERS = _decoders()  # session-log record type -> payload decoder
+# session-log record type -> payload decoder
+DECODERS: dict[int, msgspec.msgpack.Decoder[Any]] = {
+    LOSS: loss_decoder,
+    CHECKPOINT: checkpoint_decoder,
+    TRANSCRIPT: transcript_decoder,
+    EXECUTION: execution_decoder,
+    EVENT: event_decoder,
+    COMMIT: commit_decoder,
+    DICT: dictionary_decoder,
+}

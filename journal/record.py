@@ -1,4 +1,4 @@
-"""Record framing: the bytes of one log record, and scanning a buffer of them.
+"""Record framing: the bytes of one log record, the record types, and finding frames.
 
 A record is a 10-byte header followed by the payload (see FORMAT.md):
 
@@ -11,6 +11,10 @@ A record is a 10-byte header followed by the payload (see FORMAT.md):
 
 Records between two commit-closing records (the latter included) form one
 commit: readers and recovery accept them together or not at all.
+
+`TYPES` is the one table of record types. Whether a record can start at a place
+(`can_start`, `parse_at`, `frame_at`, `next_frame`) is derived from it, so a new
+type is added there and nowhere else in this module.
 """
 
 from __future__ import annotations
@@ -19,20 +23,26 @@ import re
 import struct
 import threading
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple, Protocol
 
 import msgspec
 import zstandard
 
 from .errors import CorruptionError
 
-if TYPE_CHECKING:
-    from .dictionary import SessionDictionary
-
 HEADER = struct.Struct("<IIBB")
 _LENGTH_TYPE_FLAGS = struct.Struct("<IBB")
 _CRC = struct.Struct("<I")
 HEADER_SIZE = HEADER.size  # 10
+
+FLAG_ZSTD = 0x01
+FLAG_COMMIT = 0x02
+FLAG_DICT = 0x04  # with FLAG_ZSTD: the frame needs the session's dictionary
+KNOWN_FLAGS = FLAG_ZSTD | FLAG_COMMIT | FLAG_DICT
+_DICT_ZSTD = FLAG_DICT | FLAG_ZSTD
+# Every flag byte a frame may carry: known bits only, and the dictionary bit only
+# together with the zstd bit.
+ANY_FLAGS = frozenset(f for f in range(KNOWN_FLAGS + 1) if f & _DICT_ZSTD != FLAG_DICT)
 
 # Record types. 0 is never written: preallocated (zeroed) space reads as "no record".
 CHECKPOINT = 1
@@ -49,30 +59,72 @@ SEAL = 9
 # A note that `journal repair --accept-loss` appended: what was lost, and the numbers
 # never to be handed out again (`payloads.LossPayload`). A commit of its own.
 LOSS = 10
-TYPE_NAMES = {
-    CHECKPOINT: "checkpoint",
-    TRANSCRIPT: "transcript",
-    EXECUTION: "execution",
-    EVENT: "event",
-    COMMIT: "commit",
-    CATALOG: "catalog",
-    PAD: "pad",
-    DICT: "dictionary",
-    SEAL: "seal",
-    LOSS: "loss",
-}
 
-FLAG_ZSTD = 0x01
-FLAG_COMMIT = 0x02
-FLAG_DICT = 0x04  # with FLAG_ZSTD: the frame needs the session's dictionary
-KNOWN_FLAGS = FLAG_ZSTD | FLAG_COMMIT | FLAG_DICT
-_DICT_ZSTD = FLAG_DICT | FLAG_ZSTD
+
+class RecordType(NamedTuple):
+    code: int  # the header's type byte
+    name: str  # as tools and messages show it
+    # The flag bytes a frame of this type may carry. Rules about where a type may
+    # stand (a SEAL or DICT record is a commit of its own) are the scan's and the
+    # session's: a frame breaking them is intact, and reported as misplaced.
+    flags: frozenset[int] = ANY_FLAGS
+
+
+TYPES = (
+    RecordType(CHECKPOINT, "checkpoint"),
+    RecordType(TRANSCRIPT, "transcript"),
+    RecordType(EXECUTION, "execution"),
+    RecordType(EVENT, "event"),
+    RecordType(COMMIT, "commit"),
+    RecordType(CATALOG, "catalog"),
+    RecordType(PAD, "pad"),
+    RecordType(DICT, "dictionary"),
+    RecordType(SEAL, "seal"),
+    RecordType(LOSS, "loss"),
+)
+TYPE_NAMES = {t.code: t.name for t in TYPES}
+# For each type byte 0..255, the flag bytes a frame of that type may carry (none: no
+# such type). Indexed by the byte: one tuple index and one set lookup per check.
+FLAGS_OF = tuple(
+    next((t.flags for t in TYPES if t.code == code), frozenset[int]()) for code in range(256)
+)
+
+
+def can_start(rtype: int, flags: int) -> bool:
+    """Can a frame with this type byte and flag byte start a record? (`TYPES` says.)"""
+    return flags in FLAGS_OF[rtype]
+
+
+def _byte_class(values: frozenset[int] | set[int]) -> bytes:
+    return b"[" + b"".join(b"\\x%02x" % v for v in sorted(values)) + b"]"
+
+
+def _candidate_pattern() -> re.Pattern[bytes]:
+    """Where a record header could start: 8 bytes (checksum, length), then a type byte
+    and a flag byte that `can_start` accepts. Types with the same flags share a class."""
+    by_flags: dict[frozenset[int], set[int]] = {}
+    for t in TYPES:
+        by_flags.setdefault(t.flags, set()).add(t.code)
+    heads = b"|".join(_byte_class(codes) + _byte_class(f) for f, codes in by_flags.items())
+    return re.compile(rb"(?=.{8}(?:" + heads + rb"))", re.DOTALL)
+
+
+_CANDIDATE = _candidate_pattern()
 
 # Payloads at least this large are compressed when that saves at least 1/8.
 COMPRESS_MIN = 2048
 # With the session's dictionary, smaller ones are too (and only those are sampled).
 DICT_COMPRESS_MIN = 64
 MAX_PAYLOAD = 0xFFFF_FFFF
+
+
+class DictionaryCodec(Protocol):
+    """What framing needs of a session's dictionary (`dictionary.SessionDictionary`)."""
+
+    def compress(self, payload: bytes) -> bytes: ...
+
+    def decompress(self, stored: bytes, *, path: str, offset: int) -> bytes: ...
+
 
 _local = threading.local()
 
@@ -106,7 +158,7 @@ def frame(
     *,
     commit: bool,
     compress: bool = True,
-    dictionary: SessionDictionary | None = None,
+    dictionary: DictionaryCodec | None = None,
 ) -> bytes:
     """Return the bytes of one record carrying `payload` (compressed when worthwhile:
     with the session's `dictionary` from `DICT_COMPRESS_MIN` bytes, else from
@@ -153,12 +205,12 @@ def open_payload(
     *,
     path: str,
     offset: int,
-    dictionary: SessionDictionary | None = None,
+    dictionary: DictionaryCodec | None = None,
 ) -> bytes:
     """The payload of a record as written: `stored` decompressed when its flags say so."""
     if not flags & _DICT_ZSTD:
         return stored
-    if flags & FLAG_DICT:  # (with FLAG_ZSTD: `parse_at` and `frame_at` reject it alone)
+    if flags & FLAG_DICT:  # (with FLAG_ZSTD: `can_start` rejects it alone)
         if dictionary is None:
             raise CorruptionError(
                 "record is compressed with the session's dictionary,"
@@ -187,9 +239,7 @@ def frame_at(buf: bytes, off: int, size: int) -> tuple[int, int, int] | None:
     crc, length, rtype, flags = HEADER.unpack_from(buf, off)
     if (
         length + HEADER_SIZE != size
-        or rtype not in TYPE_NAMES
-        or flags & ~KNOWN_FLAGS
-        or flags & _DICT_ZSTD == FLAG_DICT
+        or flags not in FLAGS_OF[rtype]
         or zlib.crc32(memoryview(buf)[off + 4 : off + size]) != crc
     ):
         return None
@@ -219,22 +269,9 @@ def parse_at(buf: bytes | memoryview, off: int) -> tuple[int, int, int, int, int
     end = start + length
     if end > n:
         return SHORT, rtype, flags, start, end
-    if (
-        rtype == 0
-        or rtype not in TYPE_NAMES
-        or flags & ~KNOWN_FLAGS
-        or flags & _DICT_ZSTD == FLAG_DICT
-    ):
-        return BAD, rtype, flags, start, end
-    if zlib.crc32(buf[off + 4 : end]) != crc:
+    if flags not in FLAGS_OF[rtype] or zlib.crc32(buf[off + 4 : end]) != crc:
         return BAD, rtype, flags, start, end
     return OK, rtype, flags, start, end
-
-
-# Where a record header could start: a known type byte (1..10) then known flags (0..3,
-# or 5 and 7: the dictionary bit comes with the zstd bit).
-_CANDIDATE = re.compile(rb"(?=.{8}[\x01-\x0a][\x00-\x03\x05\x07])", re.DOTALL)
-assert set(TYPE_NAMES) == set(range(1, 11)) and KNOWN_FLAGS == 0x07
 
 
 def next_frame(buf: bytes | memoryview, start: int) -> int | None:

@@ -23,7 +23,8 @@ from . import fsio
 from .errors import CorruptionError, UnfinishedSessionError
 from .index import INDEX_FILES
 from .layout import SNAPSHOT_FILE
-from .log import SEGMENT_HEADER_SIZE, ScanState
+from .scan import ScanState, Tail
+from .segment import SEGMENT_HEADER_SIZE
 from .session import Session, SessionOptions
 
 
@@ -76,20 +77,20 @@ def repair_session(directory: str, session_id: str, *, lock_timeout: float = 10.
             except CorruptionError as exc:
                 report.refused = f"{exc}{damaged}"
                 return report
-            if state.tail == "corrupt":
+            if state.tail == Tail.CORRUPT:
                 report.refused = (
                     f"damaged record in the newest segment at file offset {state.file_offset}"
                     f" ({state.detail}); commits after it may exist{damaged}"
                 )
                 return report
-            if state.tail in ("torn", "corrupt") and state.end == 0:
+            if state.tail in (Tail.TORN, Tail.CORRUPT) and state.end == 0:
                 report.refused = (
                     f"the damage is in the first commit (file offset {state.file_offset}):"
                     " cutting there would leave no commit, and the session would read as"
                     " absent. Restore the file from a copy instead."
                 )
                 return report
-            if state.tail in ("torn", "corrupt"):
+            if state.tail in (Tail.TORN, Tail.CORRUPT):
                 _cut(sess, state, report)
             for name in [*INDEX_FILES.values(), SNAPSHOT_FILE]:
                 path = os.path.join(directory, name)

@@ -26,7 +26,7 @@ import msgspec
 from .dictionary import SessionDictionary, from_record
 from .errors import CorruptionError, InvalidInputError, JournalError, NotFoundError
 from .layout import LOG_DIR
-from .log import KIND_SESSION, SEGMENT_HEADER_SIZE, SEGMENT_SUFFIX, check_segment_header
+from .log import KIND_SESSION
 from .payloads import (
     TranscriptItemsPayload,
     checkpoint_decoder,
@@ -50,6 +50,7 @@ from .record import (
     open_payload,
     parse_at,
 )
+from .segment import SEGMENT_HEADER_SIZE, SEGMENT_SUFFIX, check_segment_header
 from .types import Checkpoint, TimestampedEvent
 
 

@@ -27,10 +27,12 @@ from .index import (
     read_evidence,
 )
 from .layout import IDENTITY_FILE, LOG_DIR, LOSS_PENDING_FILE, SNAPSHOT_FILE, dir_name
-from .log import KIND_SESSION, Log, ScanState
+from .log import KIND_SESSION, Log
 from .metafile import KIND_IDENTITY, KIND_SNAPSHOT, KIND_STATE, read_meta
 from .payloads import LossPayload
 from .record import CHECKPOINT, DICT, EVENT, LOSS, PAD, SEAL, TYPE_NAMES
+from .scan import ScanState, Tail
+from .segment import SEGMENT_HEADER_SIZE
 from .session import _INDEX_OF, Head, compacted_stub
 from .sessiondir import SessionIdentity, directory_origin
 
@@ -324,12 +326,12 @@ def _scan(
     report.events = counter
     report.last_checkpoint = last_cp
     report.log_bytes = state.end
-    if state.tail == "corrupt":
+    if state.tail == Tail.CORRUPT:
         findings.append(Finding(SEVERITY_DATA, sid, state.path, state.file_offset, state.detail))
     else:
         unfinished = {
-            "unsealed": f"a segment roll that did not finish ({state.detail}); nothing was lost",
-            "torn": f"unfinished final commit ({state.detail})",
+            Tail.UNSEALED: f"a segment roll that did not finish ({state.detail}); nothing was lost",
+            Tail.TORN: f"unfinished final commit ({state.detail})",
         }.get(state.tail)
         if unfinished is not None:
             findings.append(Finding(SEVERITY_TAIL, sid, state.path, state.file_offset, unfinished))
@@ -467,13 +469,11 @@ def _at(log: Log, sid: str | None, pos: int, message: str) -> Finding:
 
 
 def _seg_path(log: Log, pos: int) -> str:
-    return log._segment_for(pos)[1].path
+    return log.segment_for(pos)[1].path
 
 
 def _file_offset(log: Log, pos: int) -> int:
-    from .log import SEGMENT_HEADER_SIZE
-
-    seg = log._segment_for(pos)[1]
+    seg = log.segment_for(pos)[1]
     return SEGMENT_HEADER_SIZE + pos - seg.base
 
 

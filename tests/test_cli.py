@@ -18,7 +18,7 @@ import journal
 from journal import Checkpoint, Event, EventPageRequest, TimestampedEvent, TranscriptPageRequest
 from journal.cli import render_docs
 from journal.layout import dir_name
-from journal.log import SEGMENT_HEADER_SIZE
+from journal.segment import SEGMENT_HEADER_SIZE
 
 REPO = Path(__file__).resolve().parent.parent
 

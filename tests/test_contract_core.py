@@ -22,8 +22,9 @@ import pytest
 import journal
 from journal import payloads
 from journal.errors import ContractViolationError, InvalidInputError, JournalError
-from journal.log import KIND_SESSION, Log, ScanState
+from journal.log import KIND_SESSION, Log
 from journal.record import CHECKPOINT, Record
+from journal.scan import ScanState
 from journal.types import (
     CHECKPOINT_VERSION,
     Checkpoint,

@@ -37,8 +37,9 @@ from journal.errors import (
     JournalError,
     NotFoundError,
 )
-from journal.log import KIND_SESSION, Log, ScanState
+from journal.log import KIND_SESSION, Log
 from journal.record import CHECKPOINT
+from journal.scan import ScanState
 from journal.types import (
     CHECKPOINT_VERSION,
     Checkpoint,

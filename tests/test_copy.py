@@ -30,8 +30,8 @@ import pytest
 
 import journal
 from journal.layout import IDENTITY_FILE
-from journal.log import SEAL_RECORD
 from journal.metafile import KIND_IDENTITY, read_meta
+from journal.segment import SEAL_RECORD
 from journal.sessiondir import SessionIdentity
 from journal.types import (
     CHECKPOINT_VERSION,

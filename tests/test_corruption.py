@@ -666,7 +666,8 @@ def test_verify_racing_a_live_writer_is_not_damage(tmp_path: Any, monkeypatch: A
     """verify reads zeros where the writer is about to append; by the time it looks at
     what follows, the writer has written there: a commit in progress, not "zeroed bytes
     followed by data" (seen once in CI with `journal verify` against a live writer)."""
-    from journal.log import Log
+    import journal.scan as scan_module
+    from journal.segment import Segment
     from journal.verify import verify_session_dir
 
     store = journal.open(tmp_path / "s", durability="os")
@@ -674,17 +675,17 @@ def test_verify_racing_a_live_writer_is_not_damage(tmp_path: Any, monkeypatch: A
         store.save(checkpoint("a", 0, []))
         for n in range(5):
             store.append_event("a", 1_700_000_000_000 + n, warning(f"e{n}").event)
-        original = Log._all_zero
+        original = scan_module._all_zero
         raced: list[int] = []
 
-        def writer_gets_there_first(self: Log, fd: int, seg: Any, start: int, end: int) -> bool:
+        def writer_gets_there_first(fd: int, seg: Segment, start: int, end: int) -> bool:
             if not raced:  # once: the live writer appends at `start` right now
                 raced.append(start)
                 store.append_event("a", 1_700_000_001_000, warning("raced").event)
                 end = start + 4096  # and the data it wrote is what the look finds
-            return original(self, fd, seg, start, end)
+            return original(fd, seg, start, end)
 
-        monkeypatch.setattr(Log, "_all_zero", writer_gets_there_first)
+        monkeypatch.setattr(scan_module, "_all_zero", writer_gets_there_first)
         _, findings = verify_session_dir(store.session_dir("a"))
         assert raced, "the scan never looked past the zeros at the end"
         assert findings == [], findings

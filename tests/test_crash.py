@@ -41,8 +41,8 @@ import journal
 from journal import Event, EventPageRequest, ExecutionPageRequest, TranscriptPageRequest
 from journal.layout import LOCK_FILE
 from journal.locks import FileLock
-from journal.log import SEAL_SIZE
 from journal.record import OK, parse_at
+from journal.segment import SEAL_SIZE
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="needs fork and SIGKILL")
 

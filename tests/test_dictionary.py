@@ -25,7 +25,6 @@ import journal
 from journal import Event, EventPageRequest
 from journal import dictionary as jdict
 from journal.inspect import replay
-from journal.log import SEGMENT_HEADER_SIZE
 from journal.metafile import KIND_SNAPSHOT, read_meta
 from journal.record import (
     DICT,
@@ -37,6 +36,7 @@ from journal.record import (
     HEADER_SIZE,
     frame,
 )
+from journal.segment import SEGMENT_HEADER_SIZE
 from journal.session import Head
 from journal.verify import SEVERITY_DATA, verify_store
 

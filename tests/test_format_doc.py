@@ -8,7 +8,18 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from journal import catalog, dictionary, index, log, metafile, payloads, record, session, store
+from journal import (
+    catalog,
+    dictionary,
+    index,
+    log,
+    metafile,
+    payloads,
+    record,
+    segment,
+    session,
+    store,
+)
 from journal.types import Event
 
 DOC = (Path(__file__).resolve().parent.parent / "FORMAT.md").read_text()
@@ -30,9 +41,9 @@ def _constants() -> dict[str, str]:
 
 
 CODE_CONSTANTS = {
-    "segment.magic": log.SEGMENT_MAGIC.hex(),
-    "segment.version": log.SEGMENT_VERSION,
-    "segment.header_size": log.SEGMENT_HEADER_SIZE,
+    "segment.magic": segment.SEGMENT_MAGIC.hex(),
+    "segment.version": segment.SEGMENT_VERSION,
+    "segment.header_size": segment.SEGMENT_HEADER_SIZE,
     "record.header_size": record.HEADER_SIZE,
     "record.type.checkpoint": record.CHECKPOINT,
     "record.type.transcript": record.TRANSCRIPT,
@@ -98,7 +109,7 @@ def _table_after(heading: str) -> list[list[str]]:
 @pytest.mark.parametrize(
     "heading,size",
     [
-        ("### Segment header", log.SEGMENT_HEADER_SIZE),
+        ("### Segment header", segment.SEGMENT_HEADER_SIZE),
         ("### Record frame", None),
         ("All four index files share one header", index.INDEX_HEADER_SIZE),
         ("Dense entries", index.DENSE.size),
@@ -202,7 +213,7 @@ def test_worked_example_is_what_the_code_writes() -> None:
 
 
 def test_worked_segment_header_is_what_the_code_writes() -> None:
-    data = log.encode_segment_header(log.KIND_SESSION, 0)
+    data = segment.encode_segment_header(log.KIND_SESSION, 0)
     assert _block("worked-example-segment") == _hexdump(data)
 
 
@@ -220,7 +231,7 @@ def test_real_store_files_start_with_documented_magics(tmp_path: Path) -> None:
     assert (sess / "SESSION").read_bytes()[:8] == metafile.META_MAGIC
     seg = next((sess / "log").iterdir())
     assert re.fullmatch(r"\d{20}\.seg", seg.name)
-    assert seg.read_bytes()[:8] == log.SEGMENT_MAGIC
+    assert seg.read_bytes()[:8] == segment.SEGMENT_MAGIC
     assert (sess / "events.idx").read_bytes()[:8] == index.INDEX_MAGIC
 
 

@@ -20,8 +20,8 @@ from faults import all_events, checkpoint, truncate_file, warning
 
 import journal
 from journal import CorruptionError, EventPageRequest
-from journal.log import SEAL_RECORD, SEAL_SIZE
 from journal.record import EVENT, OK, SEAL, parse_at
+from journal.segment import SEAL_RECORD, SEAL_SIZE
 
 SID = "s"
 SEGMENT_BYTES = 4096
@@ -549,7 +549,7 @@ def test_a_reader_racing_a_roll_sees_no_gap(
     """A scan that read a full segment's size before the writer appended its SEAL,
     and looks at the next segment after the writer committed into it, reads the
     segment again instead of reporting missing positions."""
-    import journal.log as log_module
+    import journal.scan as scan_module
     from journal.verify import SEVERITY_DATA, verify_session_dir
 
     root = str(tmp_path / "store")
@@ -562,7 +562,7 @@ def test_a_reader_racing_a_roll_sees_no_gap(
     truncate_file(newest, 32)
     for name in ["events.idx", "checkpoints.idx", "transcripts.idx", "executions.idx", "snapshot"]:
         os.unlink(os.path.join(session_dir(root), name))
-    real = log_module._just_created
+    real = scan_module._just_created
     fired: list[bool] = []
 
     def writer_goes_on(seg: Any) -> bool:
@@ -572,7 +572,7 @@ def test_a_reader_racing_a_roll_sees_no_gap(
             Path(newest).write_bytes(full_newest)
         return real(seg)
 
-    monkeypatch.setattr(log_module, "_just_created", writer_goes_on)
+    monkeypatch.setattr(scan_module, "_just_created", writer_goes_on)
     _, findings = verify_session_dir(session_dir(root))
     assert fired
     assert [f for f in findings if f.severity == SEVERITY_DATA] == []

@@ -26,7 +26,7 @@ import journal
 from journal import Checkpoint, Event, fsio
 from journal.layout import LOCK_FILE, LOG_DIR
 from journal.locks import FileLock
-from journal.log import SEGMENT_HEADER_SIZE
+from journal.segment import SEGMENT_HEADER_SIZE
 from journal.session import Session
 from journal.tree import Tree
 from journal.verify import verify_store

@@ -139,7 +139,7 @@ def test_damaged_copy_falls_back_to_the_session_log(
         pos, size = spans[(newest_sid, seq)]
         log = store.catalog.log
         assert log is not None
-        _, seg = log._segment_for(pos)
+        _, seg = log.segment_for(pos)
         offset = 32 + pos - seg.base + HEADER_SIZE + size // 2 - HEADER_SIZE // 2
         with open(seg.path, "r+b") as f:
             f.seek(offset)
@@ -192,7 +192,8 @@ def test_catalog_records_of_a_save_are_upsert_then_copy(tmp_path: Path) -> None:
     root = tmp_path / "s"
     _fill(root, sessions=1, turns=1)
     from journal.catalog import _decode
-    from journal.log import KIND_CATALOG, Log, ScanState
+    from journal.log import KIND_CATALOG, Log
+    from journal.scan import ScanState
 
     log_dir = os.path.join(root, "catalog", "log")
     log = Log(log_dir, KIND_CATALOG, segment_bytes=1 << 20, label="catalog")

@@ -13,7 +13,7 @@ from faults import exit_code_of_child
 import journal
 from journal import Checkpoint, EventPageRequest, sessiondir, spares
 from journal.layout import IDENTITY_FILE
-from journal.log import SEGMENT_HEADER_SIZE
+from journal.segment import SEGMENT_HEADER_SIZE
 from journal.session import Session
 from journal.sessiondir import SPARE_IDENTITY_BYTES, SPARE_SEGMENT_ZEROS
 from journal.verify import verify_store

@@ -9,7 +9,7 @@ import pytest
 
 import journal
 from journal import Checkpoint, Event, EventPageRequest
-from journal.log import SEGMENT_HEADER_SIZE
+from journal.segment import SEGMENT_HEADER_SIZE
 
 
 def _newest_segment(store_root: Path, session_dir: str) -> Path:
