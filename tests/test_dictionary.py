@@ -37,7 +37,7 @@ from journal.record import (
     frame,
 )
 from journal.segment import SEGMENT_HEADER_SIZE
-from journal.session import Head
+from journal.sessionstate import Head
 from journal.verify import SEVERITY_DATA, verify_store
 
 SENTENCE = (
@@ -164,7 +164,7 @@ def test_every_way_in_reads_records_compressed_with_it(tmp_path: Path) -> None:
     # cold, through the snapshot and index files: no scan of the log, and the
     # dictionary read from where the snapshot says
     with journal.open(root) as again:
-        sess = again._session("s")
+        sess = again.open_sessions.get("s")
         assert sess is not None and sess._snapshot_covered == head.covered > dict_pos
         assert sess.log.dictionary is not None and sess.log.dictionary.pos == dict_pos
         assert messages(again, "s") == texts
@@ -258,17 +258,18 @@ def test_a_dropped_training_job_is_asked_for_again(
 ) -> None:
     store = journal.open(tmp_path / "root")
     try:
-        run_soon = store.spares.run_soon
+        run_soon = store.jobs.run_soon
         asked: list[object] = []
 
         def drop_first_training(job: Any) -> None:
+            # reaches inside: tells the training job from the others
             if getattr(job, "func", None) == store._train_dictionary:
                 asked.append(job)
                 if len(asked) == 1:
                     return  # as when more than MAX_JOBS wait: the oldest goes
             run_soon(job)
 
-        monkeypatch.setattr(store.spares, "run_soon", drop_first_training)
+        monkeypatch.setattr(store.jobs, "run_soon", drop_first_training)
         write_events(store, "s", 150)  # ~37 KiB: enough samples, the job dropped
         store.spares.wait()
         assert len(asked) == 1 and dictionary_records(store, "s") == []
@@ -309,7 +310,7 @@ def test_close_does_not_wait_for_a_training_in_progress(
 def test_at_low_priority_returns_raises_and_gives_up() -> None:
     import threading
 
-    from journal.spares import at_low_priority
+    from journal.jobs import at_low_priority
 
     assert at_low_priority(lambda: 41 + 1, lambda: False) == 42
     with pytest.raises(ZeroDivisionError):
@@ -510,7 +511,7 @@ def test_two_processes_share_the_first_dictionary_written(tmp_path: Path) -> Non
     store = journal.open(root)
     try:
         texts = write_events(store, "s", 10)
-        sess = store._session("s")
+        sess = store.open_sessions.get("s")
         assert sess is not None
         # Enough samples here; hold the training while another process trains and commits.
         for n in range(150):
@@ -523,7 +524,8 @@ def test_two_processes_share_the_first_dictionary_written(tmp_path: Path) -> Non
             check=True,
         )
         assert out.stdout.strip() == "dict", out.stderr
-        store._train_dictionary("s")  # catches up, finds the other's dictionary
+        # reaches inside: runs the background job now; it catches up, finds the other's
+        store._train_dictionary("s")
         rng = random.Random(11)  # what the child appended (`write_events`, seed 11)
         texts += [chat_event(rng, n).msg["message"] for n in range(200)]
         texts += write_events(store, "s", 20, seed=3)

@@ -11,7 +11,7 @@ import pytest
 from faults import exit_code_of_child
 
 import journal
-from journal import Checkpoint, EventPageRequest, sessiondir, spares
+from journal import Checkpoint, EventPageRequest, jobs, sessiondir, spares
 from journal.layout import IDENTITY_FILE
 from journal.segment import SEGMENT_HEADER_SIZE
 from journal.session import Session
@@ -118,16 +118,16 @@ def test_the_refiller_thread_exits_when_idle_and_comes_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A store dropped without close() must not keep a parked thread forever."""
-    monkeypatch.setattr(spares, "IDLE_EXIT", 0.05)
+    monkeypatch.setattr(jobs, "IDLE_EXIT", 0.05)
     store = journal.open(tmp_path / "s")
     try:
         store.save(Checkpoint.empty("first"))
         store.spares.wait()
-        thread = store.spares._refiller  # this store's (other tests' stores have theirs)
+        thread = store.jobs.thread  # this store's (other tests' stores have theirs)
         if thread is not None:  # (None: it has exited already)
             thread.join(30)
             assert not thread.is_alive(), "the idle refiller never exited"
-        assert store.spares._refiller is None
+        assert store.jobs.thread is None
         ready = set(_spares_on_disk(tmp_path / "s"))
         store.save(Checkpoint.empty("second"))  # takes a spare, wakes a new refiller
         store.spares.wait()
@@ -230,7 +230,7 @@ def test_a_new_session_is_opened_for_writing_in_the_background(
         else:
             store.save(Checkpoint.empty("new"))  # the store's first: no spare
         store.spares.wait()
-        sess = store._sessions.get("new")
+        sess = store.open_sessions.peek("new")
         assert sess is not None and sess.log.has_writer()
         segment = sess.log.segments[-1].path
         data_end = SEGMENT_HEADER_SIZE + sess.head.covered
@@ -264,8 +264,8 @@ def test_a_store_closed_right_after_creating_a_session(tmp_path: Path) -> None:
         store = journal.open(root)
         store.save(Checkpoint.empty(f"s{n}"))
         store.close()
-        assert store._sessions == {}
-        assert store.spares._refiller is None or not store.spares._refiller.is_alive()
+        assert len(store.open_sessions) == 0
+        assert store.jobs.thread is None or not store.jobs.thread.is_alive()
     with journal.open(root) as again:
         assert sorted(s.session_id for s in again.list_sessions_page(
             journal.SessionPageRequest(limit=10)).sessions) == [f"s{n}" for n in range(5)]
@@ -278,7 +278,7 @@ def test_sessions_created_back_to_back_are_all_warmed(tmp_path: Path) -> None:
             store.save(Checkpoint.empty(f"s{n}"))
         store.spares.wait()
         for n in range(3):
-            sess = store._sessions.get(f"s{n}")
+            sess = store.open_sessions.peek(f"s{n}")
             assert sess is not None and sess.log.has_writer(), n
     finally:
         store.close()
