@@ -34,7 +34,7 @@ import msgspec
 from . import fsio
 from .cache import ReadCache
 from .errors import CorruptionError, JournalError, StorageError
-from .layout import BOOT_FILE, CATALOG_DIR, PROCS_DIR, SNAPSHOT_FILE, dir_name
+from .layout import BOOT_FILE, CATALOG_DIR, LOCK_FILE, LOG_DIR, PROCS_DIR, SNAPSHOT_FILE, dir_name
 from .locks import FileLock
 from .log import KIND_CATALOG, Log
 from .record import CATALOG, frame
@@ -113,7 +113,7 @@ class Catalog:
         self.lock_timeout = lock_timeout
         # Read-only: corrections (reconciliation) are applied in memory, never written.
         self.read_only = read_only
-        log_dir = os.path.join(self.dir, "log")
+        log_dir = os.path.join(self.dir, LOG_DIR)
         self.fresh = not os.path.isdir(log_dir)
         if self.fresh and not read_only:
             made = mkdir_below(self.dir)
@@ -126,14 +126,14 @@ class Catalog:
         self.log: Log | None = None
         if not self.fresh or not read_only:
             self.log = self._open_log()
-        self.flock = FileLock(os.path.join(self.dir, "LOCK"), "the catalog")
+        self.flock = FileLock(os.path.join(self.dir, LOCK_FILE), "the catalog")
         self._lock = threading.RLock()
         self._reset()
         self._load_snapshot()
 
     def _open_log(self) -> Log:
         return Log(
-            os.path.join(self.dir, "log"),
+            os.path.join(self.dir, LOG_DIR),
             KIND_CATALOG,
             segment_bytes=self._segment_bytes,
             label="catalog",
@@ -377,6 +377,50 @@ class Catalog:
             return _copy_of(key, self.log.read_record(*span).payload)
         except JournalError:
             return None
+
+    def listed_ids(self) -> list[str]:
+        """The ids of every listed session (no order)."""
+        with self._lock:
+            return list(self.summaries)
+
+    def listed(self) -> dict[str, SessionSummary]:
+        """Every listed session's summary, by id (a copy)."""
+        with self._lock:
+            return dict(self.summaries)
+
+    def lists(self, session_id: str) -> bool:
+        """Whether the catalog lists this session."""
+        return session_id in self.summaries
+
+    def ids_by_dir_name(self) -> dict[str, str]:
+        """The listed sessions' ids by their directory names."""
+        with self._lock:
+            return {dir_name(sid): sid for sid in self.summaries}
+
+    def ahead_of(self, session_id: str, summary: SessionSummary | None, covered: int) -> bool:
+        """Whether the catalog shows a commit that a session's log (derived as
+        `summary` up to log position `covered`) does not hold: it lists a session
+        whose log has no checkpoint, or its entry covers more of the log."""
+        with self._lock:
+            position = self.positions.get(session_id)
+            listed = session_id in self.summaries
+        return (summary is None and listed) or (position is not None and position > covered)
+
+    def agrees(
+        self, session_id: str, summary: SessionSummary, covered: int, executions: int
+    ) -> bool:
+        """Whether the entry is what a session's log says: this summary, up to this
+        log position, with this many execution records."""
+        with self._lock:
+            return (
+                self.summaries.get(session_id) == summary
+                and self.positions.get(session_id) == covered
+                and len(self.execs.get(session_id, [])) == executions
+            )
+
+    def execution_count(self) -> int:
+        """How many execution keys the catalog holds, over every session."""
+        return len(self.exec_keys)
 
     def children_of(self) -> dict[str, list[str]]:
         """Every parent id and the listed sessions forked from it."""
@@ -724,7 +768,7 @@ def _decode_record(payload: bytes, pos: int) -> CatalogRecord:
         return _decode(payload)
     except msgspec.DecodeError as exc:
         raise CorruptionError(
-            f"catalog record does not decode: {exc}", path="catalog", offset=pos
+            f"catalog record does not decode: {exc}", path=CATALOG_DIR, offset=pos
         ) from exc
 
 
