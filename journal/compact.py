@@ -28,11 +28,13 @@ from dataclasses import dataclass, field
 import msgspec
 
 from . import fsio, payloads
+from .fold import compacted_stub
 from .index import INDEX_FILES
 from .record import CHECKPOINT, HEADER_SIZE, PAD, frame, pad_frame
 from .scan import ScanState
 from .segment import SEGMENT_HEADER_SIZE
-from .session import Session, SessionOptions, compacted_stub
+from .session import Session
+from .sessionstate import SessionOptions
 
 STUB_MARK = "compacted"
 

@@ -35,7 +35,6 @@ SAMPLE_MAX = 4 << 10  # of a longer payload, its first bytes are the sample
 COVER_K, COVER_D = 512, 8  # the trainer's parameters (see `train`)
 
 
-
 class SessionDictionary:
     """One session's dictionary, ready for use by any thread.
 

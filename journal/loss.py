@@ -46,8 +46,9 @@ from .record import CHECKPOINT, EVENT, EXECUTION, LOSS, OK, TRANSCRIPT, Record, 
 from .salvage import scan
 from .scan import ScanState
 from .segment import SEAL_RECORD, SEAL_SIZE, SEGMENT_HEADER_SIZE
-from .session import Head, Session, SessionOptions
+from .session import Session
 from .sessiondir import open_log
+from .sessionstate import Head, SessionOptions
 
 _SEQUENCED = (CHECKPOINT, TRANSCRIPT, EXECUTION)  # records keyed by a checkpoint sequence
 

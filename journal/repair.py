@@ -25,7 +25,8 @@ from .index import INDEX_FILES
 from .layout import SNAPSHOT_FILE
 from .scan import ScanState, Tail
 from .segment import SEGMENT_HEADER_SIZE
-from .session import Session, SessionOptions
+from .session import Session
+from .sessionstate import SessionOptions
 
 
 @dataclass

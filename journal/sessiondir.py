@@ -31,7 +31,6 @@ SPARE_SEGMENT_ZEROS = 64 << 10  # after the segment header: a writer's first pre
 SPARE_IDENTITY_BYTES = 4096  # one block: an identity with ids of usual lengths
 
 
-
 class SessionIdentity(msgspec.Struct):
     """The immutable identity file of a session directory."""
 
@@ -58,10 +57,12 @@ def read_identity(directory: str) -> SessionIdentity:
     except msgspec.DecodeError as exc:
         raise CorruptionError(f"session identity does not decode: {exc}", path=path) from exc
 
+
 def write_identity(directory: str, identity: SessionIdentity) -> None:
     write_meta(
         os.path.join(directory, IDENTITY_FILE), KIND_IDENTITY, _encode(identity), durable=True
     )
+
 
 def build(directory: str, identity: SessionIdentity) -> None:
     """Lay out a new, empty session directory in private, without syncing anything.
@@ -75,6 +76,7 @@ def build(directory: str, identity: SessionIdentity) -> None:
     _lay_out(directory)
     fill_spare(directory, identity)
 
+
 def _lay_out(directory: str) -> None:
     """The files of a new session directory, unsynced, with an empty identity file
     (written in place later: nobody sees the directory before it is sealed)."""
@@ -83,6 +85,7 @@ def _lay_out(directory: str) -> None:
     for name in (IDENTITY_FILE, LOCK_FILE):
         fd = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         os.close(fd)
+
 
 def build_spare(directory: str) -> None:
     """Lay out an empty session directory ahead of need, every entry durable.
@@ -109,6 +112,7 @@ def build_spare(directory: str) -> None:
         finally:
             os.close(fd)
     fsio.sync_all(data_files=[segment, identity], files=[], dirs=[log_dir, directory])
+
 
 def fill_spare(
     directory: str,
@@ -147,17 +151,21 @@ def fill_spare(
         if identity_fd < 0:
             os.close(fd)
 
+
 def identity_file(directory: str) -> str:
     return os.path.join(directory, IDENTITY_FILE)
+
 
 def segment_files(directory: str) -> list[str]:
     """The segments of a directory being created (`build`, `build_spare`): its
     first commit is the first write to its log, which never starts a new segment."""
     return [os.path.join(directory, LOG_DIR, segment_name(0))]
 
+
 def identity_key(directory: str) -> tuple[int, int, int] | None:
     """What identifies the incarnation of a session directory (see `still_published`)."""
     return file_key(os.path.join(directory, IDENTITY_FILE))
+
 
 def has_commit(directory: str) -> bool:
     """Whether the log holds a complete commit, scanned as recovery scans it
@@ -175,6 +183,7 @@ def has_commit(directory: str) -> bool:
         return False
     finally:
         log.close()
+
 
 def start_seal(directory: str, *, spare: bool) -> fsio.Syncing:
     """Start making a directory from `build` or `fill_spare` durable, once its first
@@ -198,6 +207,7 @@ def start_seal(directory: str, *, spare: bool) -> fsio.Syncing:
         [identity_file(directory)],
         [log_dir, directory],
     )
+
 
 def open_log(directory: str) -> Log:
     """A session directory's log, opened to read it (no writer, no read cache)."""
@@ -238,4 +248,3 @@ def file_key(path: str) -> tuple[int, int, int] | None:
     except OSError as exc:  # not "deleted": the caller must not say so
         raise StorageError(f"cannot stat {path}: {exc.strerror}") from exc
     return (st.st_dev, st.st_ino, st.st_ctime_ns)
-

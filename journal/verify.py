@@ -18,6 +18,7 @@ import msgspec
 
 from . import dictionary, payloads
 from .errors import CorruptionError, FormatVersionError, JournalError
+from .fold import INDEX_OF, compacted_stub
 from .index import (
     INDEX_FILES,
     INDEX_HEADER_SIZE,
@@ -33,8 +34,8 @@ from .payloads import LossPayload
 from .record import CHECKPOINT, DICT, EVENT, LOSS, PAD, SEAL, TYPE_NAMES
 from .scan import ScanState, Tail
 from .segment import SEGMENT_HEADER_SIZE
-from .session import _INDEX_OF, Head, compacted_stub
 from .sessiondir import SessionIdentity, directory_origin
+from .sessionstate import Head
 
 SEVERITY_DATA = "data"  # the log or an identity/state file is damaged, or data was lost
 SEVERITY_CACHE = "cache"  # a derived file disagrees with the log (the next open rebuilds it)
@@ -84,7 +85,7 @@ class SessionReport:
     losses: list[LossPayload] = field(default_factory=list)  # accepted losses, oldest first
 
 
-_IDX_OF = _INDEX_OF  # record type -> index kind, as the session applies it
+_IDX_OF = INDEX_OF  # record type -> index kind, as the session applies it
 _DECODERS = payloads.DECODERS
 
 

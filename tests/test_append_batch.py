@@ -24,7 +24,7 @@ def _event(text: str) -> Event:
 def _queue_behind_the_lock(store: journal.Store, session_id: str, events: list[Event]) -> list[Any]:
     """Start one thread per event while the session's write lock is held, wait until
     every append is queued, release the lock, and return each call's outcome."""
-    sess = store._session(session_id)
+    sess = store.open_sessions.get(session_id)
     assert sess is not None
     outcomes: list[Any] = [None] * len(events)
 
@@ -157,7 +157,7 @@ def test_in_one_queue_only_the_first_of_two_with_the_same_expectation_wins(
     store = journal.open(tmp_path / "s", durability="os")
     try:
         store.save(Checkpoint.empty("a"))
-        sess = store._session("a")
+        sess = store.open_sessions.get("a")
         assert sess is not None
         outcomes: list[Any] = [None, None]
 
@@ -211,7 +211,7 @@ def test_an_append_interrupted_while_queued_leaves_the_queue(
     store = journal.open(tmp_path / "s", durability="os")
     try:
         store.save(Checkpoint.empty("a"))
-        sess = store._session("a")
+        sess = store.open_sessions.get("a")
         assert sess is not None
         original = sess.after_commit
 

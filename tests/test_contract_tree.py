@@ -29,7 +29,7 @@ import pytest
 
 import journal
 import journal.log
-import journal.session
+import journal.reads
 import journal.store
 from journal.errors import (
     ContractViolationError,
@@ -589,8 +589,9 @@ def test_session_metadata_and_catalog_do_not_decode_the_checkpoint(
     def broken(*_: Any, **__: Any) -> Any:
         raise msgspec.DecodeError("simulated corrupt context")
 
-    monkeypatch.setattr(journal.session, "_decode_any", broken)
-    monkeypatch.setattr(journal.session, "_decode_checkpoint", broken)
+    # the session's own decoders, the only way to make every full decode fail
+    monkeypatch.setattr(journal.reads, "_decode_any", broken)
+    monkeypatch.setattr(journal.reads, "_decode_checkpoint", broken)
     with pytest.raises(JournalError):
         store.load("s")
     assert store.session_metadata("s") == {"k": "v"}
@@ -892,7 +893,7 @@ def test_fork_does_not_read_parent_history(store: Adapter, monkeypatch: pytest.M
         store.save(checkpoint("p", seq, [item(n) for n in range(seq + 1)]), [item(seq)])
         store.append_event("p", seq, warning(f"w{seq}"))
     assert store.load("p") is not None
-    parent_label = store.raw._session("p").log.label  # type: ignore[union-attr]
+    parent_label = store.raw.open_sessions.get("p").log.label  # type: ignore[union-attr]
     reads: list[str] = []
     real_committed = journal.log.Log.committed
     real_read_records = journal.log.Log.read_records

@@ -23,7 +23,7 @@ import pytest
 import journal
 from journal import Checkpoint, Event, EventPageRequest, SessionPageRequest, fsio
 from journal import log as log_module
-from journal import session as session_module
+from journal import writes as session_module
 from journal.verify import verify_store
 
 
@@ -39,7 +39,8 @@ def _delta(text: str) -> Event:
 def _appends_until_a_roll(store: journal.Store, sid: str, limit: int = 400) -> int:
     """Append until the next append rolls the log; return how many were appended."""
     store.append_event(sid, 0, _warning("open the writer"))
-    sess = store._sessions[sid]
+    sess = store.open_sessions.peek(sid)
+    assert sess is not None
     for n in range(limit):
         w = sess.log._writer
         if w is not None and w.data_end - w.seg.base >= store.options.segment_bytes:
@@ -211,7 +212,7 @@ def test_a_save_that_recreates_a_deleted_id_checks_its_whole_context(
         bad = Checkpoint.empty("a")
         bad.sequence = 1
         bad.context = [float("nan"), {"k": 2}]
-        real = store._save_existing
+        real = store._save_existing  # reaches inside: the step between lookup and lock
         raced: list[bool] = []
 
         def racing(*args: object, **kwargs: object) -> object:
