@@ -7,7 +7,6 @@ contract of mobius's `CheckpointStore`. Start with `journal.open(root)`.
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from .aio import AsyncStore, open_async
 from .errors import (
@@ -21,7 +20,8 @@ from .errors import (
     StorageError,
 )
 from .protocol import CheckpointStore, SyncCheckpointStore
-from .store import Durability, SessionReader, Store
+from .reader import SessionReader
+from .store import Durability, Store
 from .types import (
     CHECKPOINT_VERSION,
     Checkpoint,
@@ -52,7 +52,19 @@ from .validate import validate_session_id
 __version__ = "0.1.0"
 
 
-def open(root: str | os.PathLike[str], **options: Any) -> Store:
+def open(
+    root: str | os.PathLike[str],
+    *,
+    durability: Durability = "fsync",
+    segment_bytes: int = 64 << 20,
+    lock_timeout: float = 10.0,
+    max_record_bytes: int = 64 << 20,
+    max_open_sessions: int = 256,
+    read_cache_bytes: int = 8 << 20,
+    create: bool = True,
+    read_only: bool = False,
+    dictionary: bool = True,
+) -> Store:
     """Open (creating if needed) the store at `root`.
 
     Options: durability ("fsync" default: a call returns after its commit is on
@@ -62,7 +74,18 @@ def open(root: str | os.PathLike[str], **options: Any) -> Store:
     create, read_only, dictionary (True: compress each session's records with a zstd
     dictionary trained on its first ones, FORMAT.md section 3).
     """
-    return Store(root, **options)
+    return Store(
+        root,
+        durability=durability,
+        segment_bytes=segment_bytes,
+        lock_timeout=lock_timeout,
+        max_record_bytes=max_record_bytes,
+        max_open_sessions=max_open_sessions,
+        read_cache_bytes=read_cache_bytes,
+        create=create,
+        read_only=read_only,
+        dictionary=dictionary,
+    )
 
 
 __all__ = [

@@ -13,7 +13,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from .store import SessionReader, Store
+from .reader import SessionReader
+from .store import Durability, Store
 from .types import (
     Checkpoint,
     Event,
@@ -191,7 +192,34 @@ class AsyncSessionReader:
         await self.close()
 
 
-async def open_async(root: str | os.PathLike[str], **options: Any) -> AsyncStore:
-    """Open a store for asyncio use (the opening itself also runs off the loop)."""
-    store = await asyncio.to_thread(Store, root, **options)
+async def open_async(
+    root: str | os.PathLike[str],
+    *,
+    durability: Durability = "fsync",
+    segment_bytes: int = 64 << 20,
+    lock_timeout: float = 10.0,
+    max_record_bytes: int = 64 << 20,
+    max_open_sessions: int = 256,
+    read_cache_bytes: int = 8 << 20,
+    create: bool = True,
+    read_only: bool = False,
+    dictionary: bool = True,
+) -> AsyncStore:
+    """Open a store for asyncio use (the opening itself also runs off the loop);
+    the options are `journal.open`'s."""
+    store = await asyncio.to_thread(
+        functools.partial(
+            Store,
+            root,
+            durability=durability,
+            segment_bytes=segment_bytes,
+            lock_timeout=lock_timeout,
+            max_record_bytes=max_record_bytes,
+            max_open_sessions=max_open_sessions,
+            read_cache_bytes=read_cache_bytes,
+            create=create,
+            read_only=read_only,
+            dictionary=dictionary,
+        )
+    )
     return AsyncStore(store)

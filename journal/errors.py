@@ -56,7 +56,7 @@ class UnfinishedSessionError(NotFoundError):
     A new session is published with its first commit written, and that commit is
     synced before the call that creates it returns; a power loss in between can
     leave the directory without it. The store checks such a directory under its
-    lock (`Store._session`): with no complete commit and no damage, the session
+    lock (`OpenSessions.get`): with no complete commit and no damage, the session
     does not exist (a writable store moves the directory to the trash); damage
     is reported as `CorruptionError`. `key` identifies the identity file seen.
     """

@@ -41,6 +41,11 @@ _decode = msgspec.msgpack.Decoder(StateValue).decode
 _encode = msgspec.msgpack.Encoder().encode
 
 
+def read_value(path: str) -> StateValue:
+    """The scope, key and value one state file holds (a bundle's copy, say)."""
+    return _decode(read_meta(path, KIND_STATE))
+
+
 class StateStore:
     def __init__(self, root: str, *, durable: bool, guard: RootGuard | None = None):
         self.dir = os.path.join(root, STATE_DIR)

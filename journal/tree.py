@@ -36,7 +36,7 @@ import msgspec
 
 from . import fsio
 from .errors import JournalError, StorageError
-from .layout import INTENT_PREFIX, TRASH_DIR, TREE_LOCK, TXN_DIR
+from .layout import INTENT_PREFIX, SESSIONS_DIR, STATE_DIR, TRASH_DIR, TREE_LOCK, TXN_DIR
 from .locks import FileLock
 from .metafile import KIND_INTENT, read_meta, write_meta
 from .rootcheck import mkdir_below
@@ -168,7 +168,7 @@ class Tree:
         catalog's delete records), then retire the intent (idempotent)."""
         tag = os.path.basename(path)[len(INTENT_PREFIX) :]
         touched: list[str] = []
-        for sub, names in (("sessions", intent.session_dirs), ("state", intent.state_dirs)):
+        for sub, names in ((SESSIONS_DIR, intent.session_dirs), (STATE_DIR, intent.state_dirs)):
             parent = os.path.join(self.root, sub)
             for name in names:
                 src = os.path.join(parent, name)

@@ -449,9 +449,9 @@ def record_stats_and_writes(monkeypatch: Any) -> tuple[set[str], set[str]]:
 
 
 def commit_dictionary(store: Store, session_id: str, data: bytes) -> None:
-    """Commit `data` as the session's zstd dictionary now, as `Store._train_dictionary`
+    """Commit `data` as the session's zstd dictionary now, as the store's training job
     does once the background training found one (FORMAT.md section 3)."""
-    sess = store._session(session_id)
+    sess = store.open_sessions.get(session_id)
     assert sess is not None
     with sess.writing():
         assert sess.write_dictionary(data)

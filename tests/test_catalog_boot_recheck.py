@@ -76,7 +76,7 @@ def test_an_unsettled_boot_recheck_is_done_again_by_the_next_open(
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         store = journal.open(root, lock_timeout=0.3)
-        assert dir_name("x") in store._unannounced  # kept for later (in memory)
+        assert dir_name("x") in store.upkeep.unannounced()  # kept for later (in memory)
         store.close()
         print("procs/ after close:", os.listdir(root / "procs"))
     finally:
@@ -94,11 +94,11 @@ _KILLED_DURING_RECHECK = textwrap.dedent(
     """
     import os, sys, journal
     import journal.catalog as jc
-    import journal.store as js
+    import journal.upkeep as ju
     jc.boot_id = lambda: "after-the-reboot"
     def die(self, names):
         os._exit(9)  # SIGKILL while the re-check runs (after BOOT was recorded)
-    js.Store._reconcile = die
+    ju.Upkeep.reconcile = die
     journal.open(sys.argv[1])
     """
 )

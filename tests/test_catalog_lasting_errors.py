@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import journal
+import journal.upkeep
 from journal import Checkpoint
 from journal.layout import dir_name
 
@@ -34,7 +35,7 @@ def test_a_lasting_os_error_does_not_keep_the_reboot_recheck_open(
     monkeypatch.setattr(jc, "boot_id", lambda: "boot-2")  # a reboot
     boot_file = root / "catalog" / "BOOT"
     procs, rechecks = [], []
-    real = journal.Store._reconcile
+    real = journal.upkeep.Upkeep.reconcile
     for _ in range(6):
         calls: list[int] = []
 
@@ -42,16 +43,14 @@ def test_a_lasting_os_error_does_not_keep_the_reboot_recheck_open(
             calls.append(len(names))
             return real(self, names)
 
-        monkeypatch.setattr(journal.Store, "_reconcile", counting)
+        monkeypatch.setattr(journal.upkeep.Upkeep, "reconcile", counting)
         s = journal.open(root)
         time.sleep(1.05)  # past the 1 s retry window, so close() tries once more
         s.close()
-        monkeypatch.setattr(journal.Store, "_reconcile", real)
+        monkeypatch.setattr(journal.upkeep.Upkeep, "reconcile", real)
         procs.append(len(os.listdir(root / "procs")))
         rechecks.append(max(calls) if calls else 0)
-    print(
-        "BOOT:", boot_file.read_text(), "procs/ per open:", procs, "largest _reconcile:", rechecks
-    )
+    print("BOOT:", boot_file.read_text(), "procs/ per open:", procs, "largest reconcile:", rechecks)
     assert "boot-2" in boot_file.read_text(), "BOOT never recorded: every open re-checks all"
     assert procs[-1] <= 1, f"procs/ files accumulate, one per open: {procs}"
 

@@ -49,16 +49,16 @@ def test_a_listing_and_a_delete_finishing_an_orphan_do_not_deadlock(tmp_path: Pa
     store.save(Checkpoint.empty("x", owner_id="o"))
     store.save(Checkpoint.empty("a", owner_id="o"))
 
-    # x's catalog append fails once: x goes to _unannounced (re-derived by the next listing).
+    # x's catalog append fails once: x is kept for later (re-derived by the next listing).
     x1 = Checkpoint.empty("x", owner_id="o")
     x1.sequence = 1
     save_whose_catalog_append_fails(store, x1)
-    assert store._unannounced
+    assert store.upkeep.unannounced()
 
     a_at, a_go = threading.Event(), threading.Event()
     b_at, b_go = threading.Event(), threading.Event()
-    real_session = store._session
-    real_forget = store._catalog_forget
+    real_session = store.open_sessions.get
+    real_forget = store.upkeep.catalog_forget
 
     def session_hook(sid: str):  # type: ignore[no-untyped-def]
         if threading.current_thread().name == "A-listing" and sid == "x" and not a_at.is_set():
@@ -72,8 +72,8 @@ def test_a_listing_and_a_delete_finishing_an_orphan_do_not_deadlock(tmp_path: Pa
             b_go.wait(20)
         return real_forget(ids)
 
-    store._session = session_hook  # type: ignore[method-assign]
-    store._catalog_forget = forget_hook  # type: ignore[method-assign]
+    store.open_sessions.get = session_hook  # type: ignore[method-assign]
+    store.upkeep.catalog_forget = forget_hook  # type: ignore[method-assign]
 
     a = threading.Thread(
         target=lambda: store.list_sessions_page(journal.SessionPageRequest(limit=10)),
@@ -81,7 +81,7 @@ def test_a_listing_and_a_delete_finishing_an_orphan_do_not_deadlock(tmp_path: Pa
         daemon=True,
     )
     a.start()
-    assert a_at.wait(10)  # A holds _announce_lock, inside _reconcile, before _session("x")
+    assert a_at.wait(10)  # A is inside Upkeep.reconcile, before open_sessions.get("x")
 
     # Meanwhile another process starts deleting x and dies with its intent durable.
     t0 = time.monotonic()
@@ -95,7 +95,7 @@ def test_a_listing_and_a_delete_finishing_an_orphan_do_not_deadlock(tmp_path: Pa
     assert b_at.wait(10)  # B holds the tree lock, rolling the orphan forward
     a_go.set()  # A: x is pending, an orphan exists -> tree.locked() -> waits for B
     time.sleep(0.5)
-    b_go.set()  # B: finishes the orphan -> _reconcile_dead -> _announce_again -> waits for A
+    b_go.set()  # B: finishes the orphan -> reconcile_dead -> announce_again -> waits for A
     a.join(8)
     b.join(0.1)
     stuck = [t for t in (a, b) if t.is_alive()]

@@ -52,7 +52,7 @@ def test_an_orphan_delete_record_that_failed_is_made_good_later(tmp_path: Path) 
     assert subprocess.run([sys.executable, "-c", _DIE_AFTER_INTENT, str(root)]).returncode == 9
     dead_files = os.listdir(root / "procs")
     assert dead_files, "the deleter's registration"
-    live._last_reconcile = 0.0
+    live.upkeep._last_reconcile = 0.0  # reaches inside: probe dead processes now
     assert _listed(live) == {"y"}  # x is under the intent: hidden
     print("procs/ after the live listing:", os.listdir(root / "procs"), "was", dead_files)
     holder = subprocess.Popen(
@@ -65,7 +65,7 @@ def test_an_orphan_delete_record_that_failed_is_made_good_later(tmp_path: Path) 
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         q = journal.open(root, lock_timeout=0.3)  # rolls the orphan forward
         assert not list((root / "txn").glob("delete-*"))  # the delete is complete
-        print("q._unannounced:", q._unannounced)
+        print("q unannounced:", q.upkeep.unannounced())
         q.close()
     finally:
         assert holder.stdin is not None

@@ -40,7 +40,7 @@ def test_a_dead_registration_naming_an_unreadable_session_is_forgotten(
     for i in range(5):
         store = journal.open(root)
         try:
-            unsettled = store._reconcile([dir_name("x")])
+            unsettled = store.upkeep.reconcile([dir_name("x")])
             listed = [
                 s.session_id
                 for s in store.list_sessions_page(journal.SessionPageRequest(limit=10)).sessions
@@ -80,12 +80,12 @@ def test_without_a_boot_id_an_unreadable_session_is_not_reconciled_at_every_list
         store = journal.open(root)
         calls = 0
 
-        def counting(names, real=store._reconcile):  # type: ignore[no-untyped-def]
+        def counting(names, real=store.upkeep.reconcile):  # type: ignore[no-untyped-def]
             nonlocal calls
             calls += 1
             return real(names)
 
-        store._reconcile = counting  # type: ignore[method-assign]
+        store.upkeep.reconcile = counting  # type: ignore[method-assign]
         y = Checkpoint.empty("y", owner_id="o")
         y.sequence = i + 1
         store.save(y)
@@ -94,7 +94,7 @@ def test_without_a_boot_id_an_unreadable_session_is_not_reconciled_at_every_list
         store.close()
         counts.append(calls)
         print(
-            f"process {i}: _reconcile calls for 10 listings={calls};"
+            f"process {i}: reconcile calls for 10 listings={calls};"
             f" procs/ files after a clean close={len(os.listdir(root / 'procs'))}"
         )
-    assert max(counts) <= 3, f"_reconcile runs at every listing: {counts}"
+    assert max(counts) <= 3, f"reconcile runs at every listing: {counts}"

@@ -149,7 +149,7 @@ def test_a_writer_follows_a_catalog_that_another_process_set_aside(tmp_path: Pat
     writer = journal.open(root, durability="os")
     try:
         writer.save(Checkpoint.empty("s1", owner_id="o"))
-        (root / "catalog").rename(root / "catalog.broken.test")  # what _open_catalog does
+        (root / "catalog").rename(root / "catalog.broken.test")  # what upkeep.open_catalog does
         other = journal.open(root, durability="os")  # rebuilds the catalog from sessions/
         other.close()
         writer.save(Checkpoint.empty("s2", owner_id="o"))

@@ -121,7 +121,7 @@ def test_save_whose_session_snapshot_cannot_be_written_returns(
     root = tmp_path / "store"
     with journal.open(root) as store:
         store.save(checkpoint("s", 0, []))
-        sess = store._session("s")
+        sess = store.open_sessions.get("s")
         assert sess is not None
         monkeypatch.setattr(sess.options, "snapshot_bytes", 1)
         ops = _full_for(monkeypatch, os.sep + "snapshot.tmp")

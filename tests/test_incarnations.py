@@ -17,6 +17,7 @@ import journal
 from journal import Checkpoint, ExecutionStats, SessionPageRequest
 from journal.store import Store
 from journal.tree import Tree
+from journal.upkeep import Upkeep
 from journal.verify import verify_store
 
 
@@ -104,7 +105,7 @@ def test_a_saves_catalog_record_cannot_land_after_a_delete(
     a = journal.open(root, durability="os")
     _with_execution(a, "s", 0)
     gate, reached = threading.Event(), threading.Event()
-    original = Store._catalog_upsert
+    original = Upkeep.catalog_upsert
 
     def slow(self, sess, *args):  # type: ignore[no-untyped-def]
         if threading.current_thread().name == "saver":
@@ -112,7 +113,7 @@ def test_a_saves_catalog_record_cannot_land_after_a_delete(
             gate.wait(10)
         return original(self, sess, *args)
 
-    monkeypatch.setattr(Store, "_catalog_upsert", slow)
+    monkeypatch.setattr(Upkeep, "catalog_upsert", slow)
     cp = a.load("s")
     assert cp is not None
     rec = execution("s", 1)

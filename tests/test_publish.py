@@ -23,9 +23,11 @@ import pytest
 from faults import record_stats_and_writes, recording
 
 import journal
+import journal.upkeep
 from journal import Checkpoint, Event, fsio
 from journal.layout import LOCK_FILE, LOG_DIR
 from journal.locks import FileLock
+from journal.opened import OpenSessions
 from journal.segment import SEGMENT_HEADER_SIZE
 from journal.session import Session
 from journal.tree import Tree
@@ -336,17 +338,18 @@ def test_a_directory_replaced_meanwhile_is_not_the_one_discarded(
         fresh = maker.session_dir("a")
     finally:
         maker.close()
-    original = journal.Store._settle_unfinished
+    # reaches inside: the settling step is where another process's move must land
+    original = OpenSessions._settle_unfinished
     swapped: list[bool] = []
 
-    def swap_first(self: journal.Store, path: str, key: Any) -> bool:
+    def swap_first(self: OpenSessions, path: str, key: Any) -> bool:
         if not swapped:  # what the other process does first
             swapped.append(True)
             os.rename(path, str(tmp_path / "gone"))
             os.rename(fresh, path)
         return original(self, path, key)
 
-    monkeypatch.setattr(journal.Store, "_settle_unfinished", swap_first)
+    monkeypatch.setattr(OpenSessions, "_settle_unfinished", swap_first)
     store = journal.open(root)
     try:
         loaded = store.load("a")
@@ -361,14 +364,15 @@ def test_a_directory_discarded_meanwhile_by_another_process_is_just_absent(
 ) -> None:
     root = tmp_path / "s"
     directory = _cut_first_commit(root, "a")
-    original = journal.Store._settle_unfinished
+    # reaches inside: the settling step is where another process's move must land
+    original = OpenSessions._settle_unfinished
 
-    def moved_first(self: journal.Store, path: str, key: Any) -> bool:
+    def moved_first(self: OpenSessions, path: str, key: Any) -> bool:
         if os.path.isdir(path):  # another process discards it first
             os.rename(path, str(tmp_path / "elsewhere"))
         return original(self, path, key)
 
-    monkeypatch.setattr(journal.Store, "_settle_unfinished", moved_first)
+    monkeypatch.setattr(OpenSessions, "_settle_unfinished", moved_first)
     store = journal.open(root)
     try:
         assert store.load("a") is None
@@ -402,7 +406,7 @@ def test_a_fork_writes_and_syncs_its_child_before_it_takes_the_tree_lock(
             super().sync_data(fd, path)
 
     real_locked = Tree.locked
-    real_summary = journal.store._fork_summary
+    real_summary = journal.upkeep.fork_summary
 
     def locked(self: Tree) -> Any:
         events.append("tree lock")
@@ -424,7 +428,7 @@ def test_a_fork_writes_and_syncs_its_child_before_it_takes_the_tree_lock(
         store.spares.wait()
         monkeypatch.setattr(fsio, "ops", Recording())
         monkeypatch.setattr(Tree, "locked", locked)
-        monkeypatch.setattr(journal.store, "_fork_summary", fork_summary)
+        monkeypatch.setattr(journal.upkeep, "fork_summary", fork_summary)
         monkeypatch.setattr(journal.validate, "validate_checkpoint", validate)
         store.fork("parent", 0, _child("child"))
     finally:
@@ -757,7 +761,8 @@ def test_a_session_deleted_while_being_opened_or_locked_is_just_gone(
     """Another process's delete can move a directory away at any moment: between
     finding it and reading its identity, or before its lock file is opened. That
     is "not found", never damage or a storage failure (found by a stress test)."""
-    from journal.session import Session, SessionOptions
+    from journal.session import Session
+    from journal.sessionstate import SessionOptions
 
     root = tmp_path / "s"
     store = journal.open(root)
@@ -864,7 +869,8 @@ def test_an_unreadable_session_directory_is_a_storage_error_not_a_deletion(
     """Only a missing file means "deleted"; any other failure to look is reported."""
     import errno
 
-    from journal.session import Session, SessionOptions
+    from journal.session import Session
+    from journal.sessionstate import SessionOptions
 
     store = journal.open(tmp_path / "s")
     try:
@@ -951,7 +957,7 @@ def test_closing_the_store_under_running_calls(
     gate.set()
     caller.join(30)
     assert isinstance(result["load"], journal.JournalError)  # "store is closed"
-    assert store._sessions == {}
+    assert len(store.open_sessions) == 0
 
 
 def test_deleting_a_parent_takes_a_damaged_child_the_catalog_does_not_list(

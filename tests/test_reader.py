@@ -176,11 +176,11 @@ def test_a_reader_keeps_its_session_open_past_the_open_session_limit(tmp_path: P
                 store.load(f"other-{k}")
             assert [e.sequence for e in r.events_after(0, 10)] == [1, 2, 3, 4, 5]
             assert r.load() == store.load("a")
-            sess = r._sess
+            sess = store.open_sessions.peek("a")  # the reader's, pinned
             assert sess is not None and not sess.closed  # pinned: the limit left it open
         store.load("other-0")
         assert sess.users == 0 and sess.closed  # released: closed by the limit
-        assert "a" not in store._sessions
+        assert "a" not in store.open_sessions
     finally:
         store.close()
 
@@ -264,7 +264,7 @@ def test_a_reader_dropped_unclosed_releases_its_session(tmp_path: Path) -> None:
     store = journal.open(tmp_path / "s", durability="os")
     _fill(store, "a", 3)
     r = store.reader("a")
-    sess = r._sess
+    sess = store.open_sessions.peek("a")  # the reader's
     assert sess is not None and sess.users == 1
     del r
     gc.collect()
@@ -280,7 +280,7 @@ def test_a_reader_closed_during_a_read_keeps_the_session_until_it_ends(tmp_path:
         _fill(store, "b", 5)
         r = store.reader("a")
         rb = store.reader("b")  # "a" is over the open-session limit, kept by r's pin
-        sess = r._sess
+        sess = store.open_sessions.peek("a")  # the reader's
         assert sess is not None
         seen: list[bool] = []
         read_records = sess.log.read_records

@@ -68,7 +68,7 @@ def _answer(store: Store, limit: int) -> list[tuple[str, str, int]]:
 
 def _count_session_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     opened: list[str] = []
-    original = Store._read
+    original = Store._read  # reaches inside: counts the sessions a call reads
 
     def counting(self, session_id, fn, absent):  # type: ignore[no-untyped-def]
         opened.append(session_id)

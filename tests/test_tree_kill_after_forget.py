@@ -15,12 +15,12 @@ from journal import Checkpoint
 _KILL = textwrap.dedent(
     """
     import os, sys, journal
-    import journal.store as js
-    real = js.Store._catalog_forget
+    import journal.upkeep as ju
+    real = ju.Upkeep.catalog_forget
     def forget(self, ids):
         real(self, ids)
         os._exit(9)  # OP_DELETE appended, intent not yet unlinked
-    js.Store._catalog_forget = forget
+    ju.Upkeep.catalog_forget = forget
     s = journal.open(sys.argv[1])
     s.delete_sessions(["p"])
     """

@@ -104,7 +104,8 @@ def test_appends_stay_on_the_fast_path_after_the_segments_are_listed_again(
     try:
         store.save(Checkpoint.empty("a"))
         store.append_event("a", 1, _event(1))
-        sess = store._sessions["a"]
+        sess = store.open_sessions.peek("a")
+        assert sess is not None
         sess.log.list_segments()  # what a scan does when it reaches the end of a segment
         store.append_event("a", 2, _event(2))  # may catch up once
         scans = _count_scans(monkeypatch)
@@ -162,7 +163,8 @@ def test_a_session_deleted_here_is_not_trimmed_on_its_way_out(
         for n in range(3):
             store.append_event("a", 1_700_000_000_000 + n, _event(n))
         store.spares.wait()
-        sess = store._sessions["a"]
+        sess = store.open_sessions.peek("a")
+        assert sess is not None
         assert sess.log.has_writer()
         cuts: list[str] = []
         real = fsio.truncate
