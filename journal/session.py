@@ -42,10 +42,10 @@ class Session(SessionWrites):
         *,
         private: SessionIdentity | None = None,
     ):
-        """Open the session in `directory`. `private`: the identity of a directory
-        laid out by `build` or `fill_spare` (an empty log), not yet published, for
-        its first commit; nothing is synced or locked (`Store._stage` syncs it,
-        and nobody else knows the directory)."""
+        """Open the session in `directory` (attributes: `SessionState`). `private`:
+        the identity of a directory laid out by `sessiondir.build` or `fill_spare`
+        (an empty log), not yet published, for its first commit; nothing is synced
+        or locked (`publish.py` syncs it, and nobody else knows the directory)."""
         if private is not None:
             options = dataclasses.replace(options, durable=False)
         self.dir = directory
@@ -53,26 +53,7 @@ class Session(SessionWrites):
         self.id = session_id
         self.options = options
         self._private = private is not None
-        # A private session's caller may ask to hear when its first commit is written
-        # (to start syncing it while the rest of the call runs: `Store._stage`).
-        self.on_written = None
-        # Payloads this writer samples for the session's dictionary (none when the
-        # session has one, or gave up on one, or is private). `on_samples` (set by
-        # the store) hears that there are enough to train one, and again after every
-        # further `SAMPLE_BYTES` written while none came of it (the background job
-        # may have been dropped: `SparePool.run_soon`).
-        self.sampler = dictionary.Sampler(options.dictionary and not private)
-        self.on_samples = None
-        self.identity_path = os.path.join(directory, IDENTITY_FILE)  # checked on every call
-        # (a private directory is not published: nothing to tell its incarnation from)
-        self._identity_key = file_key(self.identity_path) if private is None else None
-        self.identity = self._read_identity() if private is None else private
-        self.origin = origin_of(self._identity_key)
-        if self.identity.session_id != session_id:
-            raise CorruptionError(
-                f"session directory belongs to {self.identity.session_id!r}, not {session_id!r}",
-                path=os.path.join(directory, IDENTITY_FILE),
-            )
+        self._open_identity(private)
         self.log = Log(
             os.path.join(directory, LOG_DIR),
             KIND_SESSION,
@@ -85,65 +66,80 @@ class Session(SessionWrites):
             self.log.preallocate = self.log.sync_on_close = False
         self.flock = FileLock(os.path.join(directory, LOCK_FILE), f"session {session_id!r}")
         self._write_lock = threading.Lock()
-        self._writer_ready = False  # the last `_acquire_writer` completed
-        self._quiet_mark = -1  # flock acquisitions at our last writer's release
-        # Set by the store: is this session doomed by a pending delete? (checked
-        # under the lock when it cannot be taken for quiet, `_acquire_locks`)
-        self.doomed = None
-        self._context_cache = None
-        self.appends = AppendQueue(self)
-        self.users = 0  # calls using this object now (the store's cache never closes those)
-        self.retired = False  # dropped from the store's cache: the last user closes it
-        self.deleted = False  # deleted by this process: closing it trims nothing
-        self.closed = False
-        self._dead_epoch = None  # an epoch whose items `compact` dropped
         self._state_lock = threading.RLock()
+        self._writer_ready = False
+        self._quiet_mark = -1
+        # Hooks the store sets (`on_samples`: again after every further
+        # `SAMPLE_BYTES` written while no dictionary came of it, since the
+        # background job may have been dropped).
+        self.on_written = self.on_samples = self.doomed = None
+        self.sampler = dictionary.Sampler(options.dictionary and not private)
+        self.appends = AppendQueue(self)
+        self._context_cache = None
+        self.users = 0
+        self.retired = self.deleted = self.closed = False
+        self._know_nothing()
+        if private is not None:
+            self._recovered = True  # an empty log we laid out: nothing to read or recover
+            return
+        self._open_caches()
+        self._check_finished()
+
+    def _open_identity(self, private: SessionIdentity | None) -> None:
+        """Read the identity file (or take a private directory's) and check its id."""
+        self.identity_path = os.path.join(self.dir, IDENTITY_FILE)
+        # (a private directory is not published: nothing to tell its incarnation from)
+        self._identity_key = file_key(self.identity_path) if private is None else None
+        self.identity = self._read_identity() if private is None else private
+        self.origin = origin_of(self._identity_key)
+        if self.identity.session_id != self.id:
+            raise CorruptionError(
+                f"session directory belongs to {self.identity.session_id!r}, not {self.id!r}",
+                path=self.identity_path,
+            )
+
+    def _know_nothing(self) -> None:
+        """The state of a session before any cache or record of its log is read."""
         self._set_indexes(
             {
-                k: Index(directory, k)
+                k: Index(self.dir, k)
                 for k in (KIND_EVENTS, KIND_CHECKPOINTS, KIND_TRANSCRIPTS, KIND_EXECUTIONS)
             }
         )
         self.head = Head()
         self._receipts = set()
-        self._snapshot_covered = 0
-        self._snapshot_size = 0
+        self._dead_epoch = None
+        self._snapshot_covered = self._snapshot_size = 0
         self._recovered = False
         self.recovery = None
-        # Damage a scan of the log ran into, and the end of the readable prefix before
-        # it. Structures covering no more than `damage_end` lack what lies after it.
         self.damage = None
         self.damage_end = 0
-        # (path, position) of the last unusable tail a reader classified, and the verdict
         self._tail_checked = None
         self.tail_state = ScanState()
-        # The highest log position a cache file records as synced, and that file
-        # (`_open_caches`): the log must reach it, or committed data was lost.
         self.durable_claim = (0, "")
-        if private is not None:
-            self._recovered = True  # an empty log we laid out: nothing to read or recover
-            return
-        self._open_caches()
-        pending = os.path.join(directory, LOSS_PENDING_FILE)
+
+    def _check_finished(self) -> None:
+        """After the caches and the log are read: refuse writes while accepting a loss
+        is unfinished, and refuse a session that has no commit at all."""
+        pending = os.path.join(self.dir, LOSS_PENDING_FILE)
         if self.damage is None and os.path.exists(pending):
             # `journal repair --accept-loss` stopped half way: the log may be cut
             # already while the caches that proved the loss are not gone yet.
             self.damage = CorruptionError(
-                f"session {session_id!r}: accepting a loss did not finish;"
+                f"session {self.id!r}: accepting a loss did not finish;"
                 " run `journal repair --accept-loss` again",
                 path=pending,
             )
             self.damage_end = self.head.covered
         if self.head.commits == 0 and self.damage is None:
             # Every session is published with its first commit durable already
-            # (`Store._stage`): without one, it is a creation that a power loss cut
-            # short (the protocol of earlier versions renamed first) or damage,
-            # which only a check under the lock tells apart (`sessiondir.has_commit`,
-            # called by `Store._session`).
+            # (`publish.py`): without one, it is a creation that a power loss cut
+            # short or damage, which only a check under the lock tells apart
+            # (`sessiondir.has_commit`, called by the store when it opens one).
             self.close()
             raise UnfinishedSessionError(
-                f"session {session_id!r} has no complete commit",
-                path=directory,
+                f"session {self.id!r} has no complete commit",
+                path=self.dir,
                 key=self._identity_key,
             )
 

@@ -221,7 +221,7 @@ class SessionWrites(SessionLocking):
         (the stored prefix, as it saw it before taking the lock); whatever turns out
         to be new before it is checked here, under the lock, before anything is
         written (the session may have been deleted and created again, or given a
-        shorter context of the same epoch, meanwhile: found by review).
+        shorter context of the same epoch, meanwhile).
 
         `on_commit` runs right after the commit, still under the session's write
         lock: the catalog upsert goes there, so that it cannot land after the
@@ -231,109 +231,116 @@ class SessionWrites(SessionLocking):
         header = msgspec.Raw(_encode(msgspec.structs.replace(checkpoint, context=[])))
         transcript_items = [msgspec.Raw(_encode(item)) for item in transcript_delta]
         with self.committing():
-            head = self.head
-            if head.sequence >= 0 and checkpoint.sequence <= head.sequence:
-                raise ContractViolationError(
-                    f"checkpoint sequence did not advance (session {self.id!r}: stored "
-                    f"{head.sequence}, got {checkpoint.sequence})"
-                )
-            if checkpoint.sequence <= head.sequence_floor:
-                raise ContractViolationError(
-                    f"checkpoint sequence {checkpoint.sequence} of session {self.id!r} was"
-                    f" used before a loss that `journal repair --accept-loss` accepted:"
-                    f" the next checkpoint must come after {head.sequence_floor}"
-                )
-            stored = head.context if head.sequence >= 0 else None
-            base, tail = plan_context(
-                stored,
-                head.epoch,
-                checkpoint.context,
-                checkpoint.context_epoch,
-                joined=self._joined_context() if stored is not None else None,
-            )
-            for index in range(base, min(checked_from, len(checkpoint.context))):
-                check_json_value(checkpoint.context[index], f"checkpoint.context[{index}]")
+            records = self._checkpoint_records(checkpoint, header, now, checked_from)
             seq = checkpoint.sequence
-            receipts = []
-            seen = set()
-            for msg in checkpoint.pending_messages:
-                if msg.id not in self._receipts and msg.id not in seen:
-                    seen.add(msg.id)
-                    receipts.append(msg.id)
-            prev_ctx = head.ctx_pos if base else -1
-            records: list[tuple[int, Any]] = [
-                (
-                    CHECKPOINT,
-                    CheckpointPayload(
-                        seq,
-                        now,
-                        checkpoint.context_epoch,
-                        base,
-                        prev_ctx,
-                        header,
-                        [msgspec.Raw(t) for t in tail],
-                        receipts,
-                    ),
-                )
-            ]
             if transcript_items:
                 records.append((TRANSCRIPT, TranscriptPayload(seq, now, transcript_items)))
             if execution is not None:
                 records.append((EXECUTION, ExecutionPayload(seq, execution)))
-            journal: list[JournalEvent] = []
-            # Rules are planned in place and undone if the commit fails; under the
-            # state lock, so that a reader thread cannot replay this commit's events
-            # into them from the log before it is applied (see `_commit_appends`).
-            with self._state_lock:
-                rules = head.rules
-                changes: eventrules.Undo = []
-                counter = head.event_counter
-                try:
-                    for te in events:
-                        counter += 1
-                        removes, transient, metrics = eventrules.plan(
-                            rules, counter, te.recorded_at_ms, te.event, changes
-                        )
-                        kept, ref = _store_output_once(te.event, transcript_delta, seq)
-                        records.append(
-                            (
-                                EVENT,
-                                EventPayload(
-                                    counter,
-                                    te.recorded_at_ms,
-                                    kept,
-                                    metrics,
-                                    removes,
-                                    transient,
-                                    ref,
-                                ),
-                            )
-                        )
-                        journal.append(
-                            JournalEvent(
-                                sequence=counter,
-                                recorded_at_ms=te.recorded_at_ms,
-                                event=te.event,
-                                stream_metrics=metrics,
-                            )
-                        )
-                    end = self.commit(records, COMMIT_SAVE, seq)
-                except BaseException:
-                    eventrules.undo(rules, changes)
-                    raise
+            end, journal = self._commit_with_events(records, events, transcript_delta, seq)
             self.after_commit()
             if on_commit is not None:
                 try:
                     on_commit()
                 except BaseException:
                     # The commit is visible already: make it durable before the call
-                    # fails, as any commit is (found by review: it stayed unsynced).
-                    # A failing sync poisons the log, so later writes report it.
+                    # fails, as any commit is. A failing sync poisons the log, so
+                    # later writes report it.
                     with contextlib.suppress(JournalError):
                         self.wait_durable(end)
                     raise
         self.wait_durable(end)
         return journal
+
+    def _checkpoint_records(
+        self, checkpoint: Checkpoint, header: msgspec.Raw, now: int, checked_from: int
+    ) -> list[tuple[int, Any]]:
+        """The CHECKPOINT record of a save, planned against the head (lock held): the
+        sequence must advance, and only the context items not stored yet go in it."""
+        head = self.head
+        if head.sequence >= 0 and checkpoint.sequence <= head.sequence:
+            raise ContractViolationError(
+                f"checkpoint sequence did not advance (session {self.id!r}: stored "
+                f"{head.sequence}, got {checkpoint.sequence})"
+            )
+        if checkpoint.sequence <= head.sequence_floor:
+            raise ContractViolationError(
+                f"checkpoint sequence {checkpoint.sequence} of session {self.id!r} was"
+                f" used before a loss that `journal repair --accept-loss` accepted:"
+                f" the next checkpoint must come after {head.sequence_floor}"
+            )
+        stored = head.context if head.sequence >= 0 else None
+        base, tail = plan_context(
+            stored,
+            head.epoch,
+            checkpoint.context,
+            checkpoint.context_epoch,
+            joined=self._joined_context() if stored is not None else None,
+        )
+        for index in range(base, min(checked_from, len(checkpoint.context))):
+            check_json_value(checkpoint.context[index], f"checkpoint.context[{index}]")
+        receipts = []
+        seen = set()
+        for msg in checkpoint.pending_messages:
+            if msg.id not in self._receipts and msg.id not in seen:
+                seen.add(msg.id)
+                receipts.append(msg.id)
+        payload = CheckpointPayload(
+            checkpoint.sequence,
+            now,
+            checkpoint.context_epoch,
+            base,
+            head.ctx_pos if base else -1,
+            header,
+            [msgspec.Raw(t) for t in tail],
+            receipts,
+        )
+        return [(CHECKPOINT, payload)]
+
+    def _commit_with_events(
+        self,
+        records: list[tuple[int, Any]],
+        events: list[TimestampedEvent],
+        transcript_delta: list[Any],
+        seq: int,
+    ) -> tuple[int, list[JournalEvent]]:
+        """Add the save's events to `records` and commit them all (lock held); return
+        the commit's end and the events as journaled.
+
+        Rules are planned in place and undone if the commit fails; under the state
+        lock, so that a reader thread cannot replay this commit's events into them
+        from the log before it is applied (see `_commit_appends`).
+        """
+        journal: list[JournalEvent] = []
+        head = self.head
+        with self._state_lock:
+            rules = head.rules
+            changes: eventrules.Undo = []
+            counter = head.event_counter
+            try:
+                for te in events:
+                    counter += 1
+                    removes, transient, metrics = eventrules.plan(
+                        rules, counter, te.recorded_at_ms, te.event, changes
+                    )
+                    kept, ref = _store_output_once(te.event, transcript_delta, seq)
+                    payload = EventPayload(
+                        counter, te.recorded_at_ms, kept, metrics, removes, transient, ref
+                    )
+                    records.append((EVENT, payload))
+                    journal.append(
+                        JournalEvent(
+                            sequence=counter,
+                            recorded_at_ms=te.recorded_at_ms,
+                            event=te.event,
+                            stream_metrics=metrics,
+                        )
+                    )
+                end = self.commit(records, COMMIT_SAVE, seq)
+            except BaseException:
+                eventrules.undo(rules, changes)
+                raise
+        return end, journal
 
     def append_event(
         self, recorded_at_ms: int, event: Event, expected_latest: int | None = None
