@@ -37,11 +37,23 @@ import zstandard
 
 from . import fsio, sessiondir
 from .errors import CorruptionError, InvalidInputError, NotFoundError, StorageError
-from .layout import IDENTITY_FILE, LOG_DIR, dir_name
+from .layout import (
+    IDENTITY_FILE,
+    LOCK_FILE,
+    LOG_DIR,
+    SESSIONS_DIR,
+    TMP_DIR,
+    dir_name,
+    session_path,
+    state_path,
+)
 from .metafile import KIND_IDENTITY, read_meta
+from .publish import install
 from .scan import ScanState
 from .segment import SEGMENT_HEADER_SIZE
 from .sessiondir import SessionIdentity, open_log
+from .state import read_value
+from .store import Store
 from .verify import SEVERITY_DATA, first_damage, verify_session_dir
 
 BUNDLE_FORMAT = 1
@@ -159,7 +171,6 @@ def export_sessions(
         raise InvalidInputError(f"cannot write {out_path}: it is a directory")
     if os.path.lexists(out_path) and not overwrite:
         raise InvalidInputError(f"{out_path} exists (use --force to overwrite it)")
-    sessions_root = os.path.join(root, "sessions")
     chosen: list[str] = []
     damaged: list[tuple[str, CorruptionError]] = []
     queue = list(dict.fromkeys(session_ids))
@@ -167,7 +178,7 @@ def export_sessions(
         sid = queue.pop(0)
         if sid in chosen:
             continue
-        directory = os.path.join(sessions_root, dir_name(sid))
+        directory = session_path(root, sid)
         # Without a complete commit: a creation a power loss cut short, absent to the
         # store (damage there raises CorruptionError, as for the store).
         try:
@@ -191,7 +202,7 @@ def export_sessions(
             continue
         if progress:
             progress(f"verify {sid}")
-        damage = first_damage(os.path.join(sessions_root, dir_name(sid)))
+        damage = first_damage(session_path(root, sid))
         if damage is not None:
             damaged.append((sid, damage))
     with tempfile.TemporaryDirectory(prefix="journal-salvage-") as scratch:
@@ -213,7 +224,6 @@ def _salvage_all(
     """Salvage each damaged session into a scratch store of its own; return those
     of which nothing could be salvaged."""
     from .salvage import salvage_directory
-    from .store import Store
 
     left: list[tuple[str, CorruptionError]] = []
     for n, (sid, damage) in enumerate(damaged):
@@ -222,9 +232,7 @@ def _salvage_all(
         scratch_root = os.path.join(scratch, str(n))
         with Store(scratch_root) as scratch_store:
             try:
-                got = salvage_directory(
-                    os.path.join(root, "sessions", dir_name(sid)), sid, scratch_store, sid
-                )
+                got = salvage_directory(session_path(root, sid), sid, scratch_store, sid)
             except CorruptionError as exc:
                 left.append((sid, exc))
                 continue
@@ -290,7 +298,7 @@ def _write_bundle(
     ):
         for sid in chosen:
             base, note = salvaged.get(sid, (root, None))
-            directory = os.path.join(base, "sessions", dir_name(sid))
+            directory = session_path(base, sid)
             if progress:
                 progress(f"export {sid}")
             ident, files, state = _session_files(directory)
@@ -311,7 +319,7 @@ def _write_bundle(
                 report.bytes_in += size
             manifest["sessions"].append(entry)
             report.sessions.append(entry)
-            scope_dir = os.path.join(root, "state", dir_name(sid))
+            scope_dir = state_path(root, sid)
             if os.path.isdir(scope_dir):
                 state_entry: dict[str, Any] = {"scope": sid, "dir": dir_name(sid), "files": []}
                 for name in sorted(os.listdir(scope_dir)):
@@ -358,9 +366,7 @@ def import_bundle(
     progress: Progress | None = None,
 ) -> ImportReport:
     """Verify a bundle and install its sessions into the store at `root`."""
-    import journal
-
-    store = journal.open(root)
+    store = Store(root)
     try:
         return _import(store, bundle_path, rename=rename, progress=progress)
     finally:
@@ -368,17 +374,17 @@ def import_bundle(
 
 
 def _import(
-    store: Any, bundle_path: str, *, rename: bool, progress: Progress | None
+    store: Store, bundle_path: str, *, rename: bool, progress: Progress | None
 ) -> ImportReport:
     root = store.root
-    work = os.path.join(root, "tmp", f"import-{uuid.uuid4().hex}")
+    work = os.path.join(root, TMP_DIR, f"import-{uuid.uuid4().hex}")
     os.makedirs(work)
     try:
         manifest = _extract(bundle_path, work)
         _check_files(manifest, work)
         sessions = manifest["sessions"]
         for entry in sessions:
-            directory = os.path.join(work, "sessions", entry["dir"])
+            directory = os.path.join(work, SESSIONS_DIR, entry["dir"])
             if progress:
                 progress(f"verify {entry['session_id']}")
             _, findings = verify_session_dir(directory)
@@ -403,7 +409,7 @@ def _import(
         for entry in order:
             sid = entry["session_id"]
             new_id = renames.get(sid, sid)
-            src = os.path.join(work, "sessions", entry["dir"])
+            src = os.path.join(work, SESSIONS_DIR, entry["dir"])
             if new_id != sid or (entry.get("parent_session_id") in renames):
                 ident = msgspec.msgpack.decode(
                     read_meta(os.path.join(src, IDENTITY_FILE), KIND_IDENTITY),
@@ -417,11 +423,9 @@ def _import(
                 )
                 sessiondir.write_identity(src, ident)
             os.makedirs(os.path.join(src, LOG_DIR), exist_ok=True)
-            open(os.path.join(src, "LOCK"), "ab").close()
+            open(os.path.join(src, LOCK_FILE), "ab").close()
             dst = store.session_dir(new_id)
-            fsio.sync_dir(os.path.dirname(src))
-            fsio.rename(src, dst)
-            fsio.sync_dir(os.path.dirname(dst))
+            install(src, dst)
             store.registry.note(os.path.basename(dst))
             installed_dirs.append(os.path.basename(dst))
             report.installed.append((sid, new_id))
@@ -429,15 +433,11 @@ def _import(
                 report.salvaged.append((new_id, entry["salvaged"]))
         for entry in manifest.get("state", []):
             scope = renames.get(entry["scope"], entry["scope"])
-            src_dir = os.path.join(work, "state", entry["dir"])
             for f in entry["files"]:
-                from .state import _decode as decode_state
-
-                item = decode_state(read_meta(os.path.join(work, f["path"]), 4))
+                item = read_value(os.path.join(work, f["path"]))
                 store.state.save(scope, item.key, item.value)
             report.state_scopes.append(scope)
-            del src_dir
-        store._reconcile(installed_dirs)
+        store.upkeep.reconcile(installed_dirs)
         return report
     finally:
         shutil.rmtree(work, ignore_errors=True)

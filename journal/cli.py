@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from . import __version__, cli_damage, cli_log, cli_maint, cli_read
+from . import InvalidInputError, JournalError, __version__, cli_damage, cli_log, cli_maint, cli_read
 from .cli_common import (
     DEFAULT_ROOT,
     EXIT_FINDINGS,
@@ -30,7 +30,6 @@ from .cli_common import (
     Output,
     error_doc,
 )
-from .errors import InvalidInputError, JournalError
 
 EPILOG = f"""\
 output:
@@ -63,6 +62,8 @@ class Parser(argparse.ArgumentParser):
     """argparse, with usage errors as JSON on stderr when --json was asked for."""
 
     json_errors = False
+    # The subcommands' parsers by name (`build_parser`; render_docs prints each).
+    commands: dict[str, argparse.ArgumentParser]
 
     def error(self, message: str) -> NoReturn:
         if Parser.json_errors:
@@ -72,7 +73,7 @@ class Parser(argparse.ArgumentParser):
         super().error(message)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     common = Parser(add_help=False)
     common.add_argument(
         "--root",
@@ -94,10 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"journal {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.commands = {}
 
     def add(name: str, fn: Command, text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text, description=text, parents=[common])
         p.set_defaults(func=fn)
+        parser.commands[name] = p
         return p
 
     cli_maint.add_demo(add)
@@ -149,11 +152,8 @@ def render_docs() -> str:
         " do not edit by hand.\n",
         "```text\n" + parser.format_help() + "```\n",
     ]
-    for action in parser._actions:
-        if not isinstance(action, argparse._SubParsersAction):
-            continue
-        for name, sp in action.choices.items():
-            parts.append(f"## journal {name}\n\n```text\n{sp.format_help()}```\n")
+    for name, sp in parser.commands.items():
+        parts.append(f"## journal {name}\n\n```text\n{sp.format_help()}```\n")
     return "\n".join(parts)
 
 

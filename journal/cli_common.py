@@ -26,8 +26,8 @@ from typing import Any
 
 import msgspec
 
-from .errors import CorruptionError, InvalidInputError, JournalError, NotFoundError
-from .store import Store
+from . import CorruptionError, InvalidInputError, JournalError, NotFoundError, Store
+from . import inspect as tools
 
 DEFAULT_ROOT = "journal-demo"
 EXIT_OK = 0
@@ -172,9 +172,7 @@ class Sizes:
 
 
 def sizes(directory: str, log_bytes: int) -> Sizes:
-    from .inspect import dir_sizes
-
-    files, disk = dir_sizes(directory)
+    files, disk = tools.dir_sizes(directory)
     return Sizes(log_bytes, files, disk)
 
 
@@ -191,28 +189,32 @@ def end_progress() -> None:
 def require_store(root: str) -> None:
     if os.path.isfile(root):
         raise NotFoundError(f"{root} is a file, not a journal store")
-    if not os.path.exists(os.path.join(root, "JOURNAL")):
+    if not tools.is_store(root):
         raise NotFoundError(f"no journal store at {root} (use --root or JOURNAL_ROOT)")
 
 
 def open_store(args: argparse.Namespace) -> Store:
+    """The store at --root, opened read-only (reading commands take no writer lock)."""
     require_store(args.root)
     return Store(args.root, read_only=True)
 
 
+def existing_session(store: Store, session_id: str) -> tools.SessionView:
+    """A session's directory and counts, or `NotFoundError` (damage: its error)."""
+    found = tools.session_view(store, session_id)
+    if found is None:
+        raise NotFoundError(f"session {session_id!r} does not exist")
+    return found
+
+
 def session_damage(directory: str) -> CorruptionError | None:
     """The first damage `verify` finds in a session directory (None: none)."""
-    from .verify import first_damage
-
-    return first_damage(directory)
+    return tools.first_damage(directory)
 
 
 def loss_lines(directory: str) -> list[str]:
     """One line per loss accepted in a session (`verify`, `show` and `stats` show them)."""
-    from .loss import loss_notes
-    from .verify import describe_loss
-
-    return [describe_loss(n) for n in loss_notes(directory)]
+    return [tools.describe_loss(n) for n in tools.loss_notes(directory)]
 
 
 def program() -> str:

@@ -13,21 +13,19 @@ from typing import Any
 
 import msgspec
 
+from . import NotFoundError, Store
 from .cli_common import EXIT_FINDINGS, EXIT_OK, Output, plural, require_store
 from .cli_read import Add
-from .errors import NotFoundError
-from .store import Store
+from .inspect import accept_loss, refresh_catalog, salvage_session
 
 
 def cmd_accept_loss(args: argparse.Namespace, out: Output, directory: str) -> int:
     """`journal repair SESSION --accept-loss` (the caller checked that nobody writes)."""
-    from .loss import accept_loss
-
     report = accept_loss(directory, args.session)
     if not report.refused:
         # The catalog lists what the session was before the cut: derive it again.
         with Store(args.root) as store:
-            store._reconcile([os.path.basename(directory)])
+            refresh_catalog(store, [args.session])
     if out.json:
         out.doc(
             {
@@ -72,8 +70,6 @@ def _as_map(struct: msgspec.Struct) -> dict[str, Any]:
 
 
 def cmd_salvage(args: argparse.Namespace, out: Output) -> int:
-    from .salvage import salvage_session
-
     require_store(args.root)
     with Store(args.root) as store:
         if not os.path.isdir(store.session_dir(args.session)):

@@ -11,6 +11,7 @@ import json
 from functools import partial
 from typing import Any
 
+from . import JournalError
 from .cli_common import (
     Output,
     Sizes,
@@ -18,6 +19,7 @@ from .cli_common import (
     catch,
     cell,
     end_progress,
+    existing_session,
     loss_lines,
     open_store,
     plural,
@@ -27,19 +29,15 @@ from .cli_common import (
     size,
 )
 from .cli_read import Add
-from .errors import JournalError, NotFoundError
+from .inspect import describe, listed_sessions, replay, session_stats, state_items
 
 
 def cmd_replay(args: argparse.Namespace, out: Output) -> int:
-    from .inspect import describe, replay
-
     if args.from_seq is not None and args.to is not None and args.from_seq > args.to:
         raise UsageError(f"--from {args.from_seq} is after --to {args.to}")
     with open_store(args) as store:
-        if store._session(args.session) is None:
-            raise NotFoundError(f"session {args.session!r} does not exist")
-        directory = store.session_dir(args.session)
-        state = store.state.keys(args.session)
+        directory = existing_session(store, args.session).directory
+        state = state_items(store, args.session)
     ranged = args.from_seq is not None or args.to is not None
     records: list[dict[str, Any]] = []
     current = -1  # the checkpoint sequence in effect: a commit without one belongs to it
@@ -104,13 +102,10 @@ def replay_line(d: dict[str, Any]) -> str:
 
 
 def cmd_stats(args: argparse.Namespace, out: Output) -> int:
-    from .inspect import session_stats
-
     with open_store(args) as store:
         if not args.session:
-            store.catalog.refresh()
             rows: list[dict[str, Any]] = []
-            for sid in sorted(store.catalog.summaries):
+            for sid in sorted(listed_sessions(store)):
                 directory = store.session_dir(sid)
                 st = catch(out, sid, partial(session_stats, directory), (JournalError,))
                 damage = session_damage(directory) if st is not None else None
@@ -146,9 +141,7 @@ def cmd_stats(args: argparse.Namespace, out: Output) -> int:
                     ],
                 )
             return out.finish()
-        if store._session(args.session) is None:
-            raise NotFoundError(f"session {args.session!r} does not exist")
-        directory = store.session_dir(args.session)
+        directory = existing_session(store, args.session).directory
     st = session_stats(directory)
     damage = session_damage(directory)
     if damage is not None:

@@ -8,12 +8,14 @@ import os
 import sys
 from typing import Any
 
+from . import CorruptionError, NotFoundError, Store
 from .cli_common import (
     EXIT_FINDINGS,
     EXIT_OK,
     Output,
     UsageError,
     end_progress,
+    existing_session,
     limit_arg,
     open_store,
     plural,
@@ -24,28 +26,40 @@ from .cli_common import (
     size,
 )
 from .cli_read import Add
-from .errors import CorruptionError, NotFoundError, SessionBusyError
-from .layout import dir_name
-from .locks import FileLock
-from .store import Store
+from .inspect import (
+    SEVERITY_CACHE,
+    SEVERITY_DATA,
+    DamagedSessionsError,
+    SessionBusyError,
+    children_of,
+    compact_session,
+    dir_name,
+    export_sessions,
+    import_bundle,
+    is_store,
+    listed_sessions,
+    live_holder,
+    refresh_catalog,
+    repair_session,
+    session_path,
+    verify_store,
+)
 
 
 # --------------------------------------------------------------------- verify
 def cmd_verify(args: argparse.Namespace, out: Output) -> int:
-    from .verify import SEVERITY_CACHE, SEVERITY_DATA, verify_store
-
     root = args.root
-    selected: list[str] | None = None
+    targets: list[str] = []
     for target in args.targets:
-        if os.path.exists(os.path.join(target, "JOURNAL")):
+        if is_store(target):
             root = target
         else:
-            selected = (selected or []) + [dir_name(target)]
+            targets.append(target)
     require_store(root)
-    if selected:
-        for name in selected:
-            if not os.path.isdir(os.path.join(root, "sessions", name)):
-                raise NotFoundError(f"no session directory {name} in {root}")
+    for target in targets:
+        if not os.path.isdir(session_path(root, target)):
+            raise NotFoundError(f"no session directory {dir_name(target)} in {root}")
+    selected = [dir_name(t) for t in targets] or None
     findings: list[dict[str, Any]] = []
     damaged: list[str] = []
     checked: list[dict[str, Any]] = []
@@ -99,47 +113,7 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
 
 
 # --------------------------------------------------------------------- repair
-def live_holder(root: str, directory: str) -> str | None:
-    """Who else uses the session now, or None: the holder of its lock, or a live
-    process whose registration (`ROOT/procs/`) says it writes the session. A writer
-    holds the session's lock only while it commits, so the registration is what
-    shows a writer between its commits."""
-    lock = FileLock(os.path.join(directory, "LOCK"), "session")
-    try:
-        if not lock.try_acquire():
-            return lock.holder() or "another process (its lock file names no holder)"
-        lock.release()
-    finally:
-        lock.close()
-    procs = os.path.join(root, "procs")
-    try:
-        names = sorted(os.listdir(procs))
-    except FileNotFoundError:
-        return None
-    wanted = os.path.basename(directory)
-    for name in names:
-        if name.startswith("."):
-            continue
-        path = os.path.join(procs, name)
-        reg = FileLock(path, "process registration")
-        try:
-            if reg.try_acquire():
-                reg.release()
-                continue  # a dead process's registration
-            with open(path, "rb") as f:
-                lines = f.read().decode("utf-8", "replace").split()
-        except OSError:
-            continue
-        finally:
-            reg.close()
-        if wanted in lines:
-            return f"pid={name.split('-')[0]} (a live store registered in {path})"
-    return None
-
-
 def cmd_repair(args: argparse.Namespace, out: Output) -> int:
-    from .repair import repair_session
-
     with open_store(args) as store:
         directory = store.session_dir(args.session)
     if not os.path.isdir(directory):
@@ -159,7 +133,7 @@ def cmd_repair(args: argparse.Namespace, out: Output) -> int:
     if report.dropped and not report.refused:
         # The catalog may list what was cut (summary, execution copies): re-derive it.
         with Store(args.root) as store:
-            store._reconcile([os.path.basename(directory)])
+            refresh_catalog(store, [args.session])
     if out.json:
         out.doc(report.__dict__)
     else:
@@ -182,16 +156,13 @@ def cmd_repair(args: argparse.Namespace, out: Output) -> int:
 
 # ------------------------------------------------------------- export, import
 def cmd_export(args: argparse.Namespace, out: Output) -> int:
-    from .bundle import DamagedSessionsError, export_sessions
-
     require_store(args.root)
     if bool(args.sessions) == bool(args.all):
         raise UsageError("give SESSION ids or --all (not both)")
     ids = list(args.sessions)
     if args.all:
         with open_store(args) as store:
-            store.catalog.refresh()
-            ids = sorted(store.catalog.summaries)
+            ids = sorted(listed_sessions(store))
         if not ids:
             raise NotFoundError(f"no sessions in {args.root}")
     try:
@@ -236,8 +207,6 @@ def print_salvaged(sid: str, note: dict[str, Any]) -> None:
 
 
 def cmd_import(args: argparse.Namespace, out: Output) -> int:
-    from .bundle import import_bundle
-
     if not os.path.exists(args.bundle):
         raise NotFoundError(f"no bundle at {args.bundle}")
     report = import_bundle(args.root, args.bundle, rename=args.rename, progress=progress)
@@ -254,12 +223,8 @@ def cmd_import(args: argparse.Namespace, out: Output) -> int:
 
 # -------------------------------------------------------------------- compact
 def cmd_compact(args: argparse.Namespace, out: Output) -> int:
-    from .compact import compact_session
-
     with open_store(args) as store:
-        if store._session(args.session) is None:
-            raise NotFoundError(f"session {args.session!r} does not exist")
-        directory = store.session_dir(args.session)
+        directory = existing_session(store, args.session).directory
     damage = session_damage(directory)
     if damage is not None:
         refused = CorruptionError(
@@ -319,8 +284,7 @@ def cmd_delete(args: argparse.Namespace, out: Output) -> int:
             raise NotFoundError(
                 f"no session {', '.join(repr(s) for s in missing)} in {args.root}; nothing deleted"
             )
-        store.catalog.refresh()
-        children = store.catalog.children_of()
+        children = children_of(store)
         subtree: list[str] = []
         queue = list(ids)
         while queue:

@@ -12,6 +12,20 @@ from typing import Any
 
 import msgspec
 
+from . import (
+    EventPageRequest,
+    ExecutionPageRequest,
+    ExecutionRecord,
+    InvalidInputError,
+    JournalError,
+    JournalEvent,
+    NotFoundError,
+    SessionCursor,
+    SessionPageRequest,
+    SessionSummary,
+    Store,
+    TranscriptPageRequest,
+)
 from .cli_common import (
     EXIT_FINDINGS,
     EXIT_INTERRUPTED,
@@ -20,6 +34,7 @@ from .cli_common import (
     UsageError,
     catch,
     cell,
+    existing_session,
     limit_arg,
     loss_lines,
     open_store,
@@ -32,18 +47,7 @@ from .cli_common import (
     when,
     when_ms,
 )
-from .errors import InvalidInputError, JournalError, NotFoundError
-from .store import Store
-from .types import (
-    EventPageRequest,
-    ExecutionPageRequest,
-    ExecutionRecord,
-    JournalEvent,
-    SessionCursor,
-    SessionPageRequest,
-    SessionSummary,
-    TranscriptPageRequest,
-)
+from .inspect import children_of, listed_sessions, session_view, state_items
 
 Add = Callable[[str, Callable[[argparse.Namespace, Output], int], str], argparse.ArgumentParser]
 
@@ -78,9 +82,11 @@ def cmd_ls(args: argparse.Namespace, out: Output) -> int:
                 break
         rows = []
         for s in listed:
-            sess = catch(out, s.session_id, partial(store._session, s.session_id), (JournalError,))
-            sz = sizes(store.session_dir(s.session_id), sess.head.covered if sess else 0)
-            rows.append((s, sess.head.event_counter if sess else None, sz, sess is None))
+            view = catch(
+                out, s.session_id, partial(session_view, store, s.session_id), (JournalError,)
+            )
+            sz = sizes(store.session_dir(s.session_id), view.log_bytes if view else 0)
+            rows.append((s, view.events if view else None, sz, view is None))
     more = cursor_text(cursor) if cursor is not None else None
     if out.json:
         out.doc(
@@ -134,10 +140,8 @@ def _summary_or_fail(store: Store, session_id: str) -> SessionSummary:
 def cmd_show(args: argparse.Namespace, out: Output) -> int:
     with open_store(args) as store:
         summary = _summary_or_fail(store, args.session)
-        sess = store._session(args.session)
-        if sess is None:
-            raise NotFoundError(f"session {args.session!r} does not exist")
-        damage = session_damage(sess.dir)
+        view = existing_session(store, args.session)
+        damage = session_damage(view.directory)
         cp = store.load(args.session)
         if cp is None:
             raise NotFoundError(f"session {args.session!r} does not exist")
@@ -148,19 +152,19 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
             ps = store.session_summary(parent)
             parent = ps.parent_session_id if ps else None
         children = sorted(k.session_id for k in store.child_sessions(args.session))
-        sz = sizes(sess.dir, sess.head.covered)
-        losses = loss_lines(sess.dir)
+        sz = sizes(view.directory, view.log_bytes)
+        losses = loss_lines(view.directory)
         info = {
             "summary": summary,
-            "events": sess.head.event_counter,
-            "transcript_batches": sess.head.transcripts,
-            "executions": sess.head.executions,
+            "events": view.events,
+            "transcript_batches": view.transcript_batches,
+            "executions": view.executions,
             "context_items": len(cp.context),
             "context_epoch": cp.context_epoch,
             "log_bytes": sz.log_bytes,
             "file_bytes": sz.file_bytes,
             "disk_bytes": sz.disk_bytes,
-            "directory": sess.dir,
+            "directory": view.directory,
             "ancestors": lineage,
             "children": children,
             "damaged": None if damage is None else str(damage),
@@ -177,14 +181,14 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
     stats = summary.execution_stats
     lines = [
         f"session      {summary.session_id}",
-        f"directory    {sess.dir}",
+        f"directory    {view.directory}",
         f"owner        {summary.session_context.owner_id}",
         f"created      {when(summary.created_at)}   updated {when(summary.updated_at)}",
         f"checkpoint   sequence {summary.sequence}, epoch {cp.context_epoch},"
         f" {plural(len(cp.context), 'context item')}",
-        f"journals     {plural(sess.head.event_counter, 'event')},"
-        f" {plural(sess.head.transcripts, 'transcript batch', 'transcript batches')},"
-        f" {plural(sess.head.executions, 'execution')}",
+        f"journals     {plural(view.events, 'event')},"
+        f" {plural(view.transcript_batches, 'transcript batch', 'transcript batches')},"
+        f" {plural(view.executions, 'execution')}",
         f"size         {sz.text()}",
         f"first msg    {summary.first_user_message or '-'}",
         f"lineage      {' <- '.join([summary.session_id, *lineage])}"
@@ -256,10 +260,7 @@ def cmd_events(args: argparse.Namespace, out: Output) -> int:
             f"--after {args.after} --before {args.before} leaves no sequence between them"
         )
     with open_store(args) as store:
-        sess = store._session(args.session)
-        if sess is None:
-            raise NotFoundError(f"session {args.session!r} does not exist")
-        damage = session_damage(sess.dir)
+        damage = session_damage(existing_session(store, args.session).directory)
         if damage is not None:
             out.mark_damaged(args.session, damage)
         events = list(_events(store, args))
@@ -331,13 +332,11 @@ def _all_executions(store: Store, limit: int, out: Output) -> list[ExecutionReco
     except JournalError:
         pass
     else:
-        store.catalog.refresh()
-        for sid in sorted(store.catalog.summaries):
-            catch(out, sid, partial(store._session, sid), (JournalError,))
+        for sid in sorted(listed_sessions(store)):
+            catch(out, sid, partial(session_view, store, sid), (JournalError,))
         return records
-    store.catalog.refresh()
     records = []
-    for sid in sorted(store.catalog.summaries):
+    for sid in sorted(listed_sessions(store)):
         page = catch(
             out,
             sid,
@@ -359,8 +358,7 @@ def cmd_executions(args: argparse.Namespace, out: Output) -> int:
         else:
             if not args.session:
                 raise UsageError("give a SESSION or --all")
-            if store._session(args.session) is None:
-                raise NotFoundError(f"session {args.session!r} does not exist")
+            existing_session(store, args.session)  # not found: say so
             records = store.execution_page(
                 args.session, ExecutionPageRequest(before_sequence=args.before, limit=args.limit)
             ).executions
@@ -394,7 +392,7 @@ def cmd_state(args: argparse.Namespace, out: Output) -> int:
                 raise NotFoundError(f"no state under ({args.scope!r}, {args.key!r})")
             out.doc(value)
             return EXIT_OK
-        items = store.state.keys(args.scope)
+        items = state_items(store, args.scope)
     if out.json:
         out.doc(dict(items))
     else:
@@ -419,9 +417,8 @@ def cmd_checkpoint(args: argparse.Namespace, out: Output) -> int:
 # ----------------------------------------------------------------------- tree
 def cmd_tree(args: argparse.Namespace, out: Output) -> int:
     with open_store(args) as store:
-        store.catalog.refresh()
-        summaries = dict(store.catalog.summaries)
-        children = store.catalog.children_of()
+        summaries = listed_sessions(store)
+        children = children_of(store)
         if args.session:
             if args.session not in summaries:
                 raise NotFoundError(f"session {args.session!r} does not exist")
@@ -439,7 +436,7 @@ def cmd_tree(args: argparse.Namespace, out: Output) -> int:
 
         def node(sid: str) -> dict[str, Any]:
             s = summaries[sid]
-            if catch(out, sid, lambda: store._session(sid) or True, (JournalError,)) is None:
+            if catch(out, sid, lambda: session_view(store, sid) or True, (JournalError,)) is None:
                 damaged.add(sid)
             return {
                 "session_id": sid,

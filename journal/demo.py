@@ -20,13 +20,14 @@ from typing import Any
 
 import msgspec
 
-from .store import Store
-from .types import (
+from . import (
     Checkpoint,
     Event,
     EventPageRequest,
     ExecutionRecord,
     ExecutionStats,
+    InvalidInputError,
+    Store,
     TimestampedEvent,
     TokenUsage,
     TranscriptPageRequest,
@@ -228,7 +229,7 @@ def new_session(store: Store, session_id: str) -> Checkpoint:
     return cp
 
 
-def _crashing_writer(root: str) -> None:
+def crashing_writer(root: str) -> None:
     """Child process: write turns, announce each acknowledged commit, get killed mid-turn."""
     store = Store(root)
     cp = new_session(store, CRASHED)
@@ -247,8 +248,6 @@ def _crashing_writer(root: str) -> None:
 def _clear_own_sessions(store: Store, root: str) -> None:
     """Delete what an earlier run of the demo wrote, and only that: a session under
     one of the demo's ids that the demo did not write stops the demo instead."""
-    from .errors import InvalidInputError
-
     for sid in (SESSION, CRASHED, FORK):
         cp = store.load(sid)
         if cp is None:
@@ -263,8 +262,7 @@ def _clear_own_sessions(store: Store, root: str) -> None:
 
 def main(root: str, out: Callable[[str], None] = print, command: str = "journal") -> int:
     """Run the demo in `root`; `command` is how the closing hints call `journal`."""
-    from .errors import InvalidInputError
-    from .verify import SEVERITY_DATA, verify_store
+    from .inspect import SEVERITY_DATA, verify_store
 
     started = time.monotonic()
     if os.path.exists(root) and not os.path.isdir(root):
@@ -288,7 +286,7 @@ def main(root: str, out: Callable[[str], None] = print, command: str = "journal"
             [
                 sys.executable,
                 "-c",
-                f"from journal.demo import _crashing_writer; _crashing_writer({root!r})",
+                f"from journal.demo import crashing_writer; crashing_writer({root!r})",
             ],
             stdout=subprocess.PIPE,
             text=True,

@@ -1,12 +1,23 @@
-"""Read-only views of a session log for people: every record in order, and size statistics.
+"""The interface for offline tools: what the `journal` command line, and any tool like
+it, uses beyond the public API (`journal/__init__.py`).
 
-These read the log directly (no lock, no caches), so they work on a copied
-directory, on a store another process is writing, and on a damaged log up to
-the damage.
+The command line imports only `journal` and this module; everything here is meant
+to stay. It offers:
+
+- views of a store (`session_view`, `listed_sessions`, `children_of`,
+  `state_items`, `live_holder`, `is_store`) and `refresh_catalog`, which re-derives
+  catalog entries after a tool changed a session's log behind the store's back;
+- the log itself (`replay`, `describe`, `session_stats`, `dir_sizes`). These read
+  the log directly (no lock, no caches), so they work on a copied directory, on a
+  store another process is writing, and on a damaged log up to the damage;
+- the tools' entry points: `verify_store`, `first_damage`, `describe_loss`,
+  `loss_notes`, `repair_session`, `accept_loss`, `salvage_session`,
+  `export_sessions`, `import_bundle` and `compact_session`.
 """
 
 from __future__ import annotations
 
+import datetime
 import heapq
 import os
 from collections.abc import Iterator
@@ -16,6 +27,12 @@ from typing import Any
 import msgspec
 
 from . import payloads
+from .bundle import DamagedSessionsError, export_sessions, import_bundle
+from .compact import compact_session
+from .errors import SessionBusyError
+from .layout import LOCK_FILE, PROCS_DIR, dir_name, is_store, session_path
+from .locks import FileLock
+from .loss import accept_loss, loss_notes
 from .record import (
     CHECKPOINT,
     COMMIT,
@@ -27,8 +44,13 @@ from .record import (
     TYPE_NAMES,
     Record,
 )
+from .repair import repair_session
+from .salvage import salvage_session
 from .scan import ScanState
 from .sessiondir import open_log
+from .store import Store
+from .types import SessionSummary
+from .verify import SEVERITY_CACHE, SEVERITY_DATA, describe_loss, first_damage, verify_store
 
 _DECODERS = payloads.DECODERS
 _to_builtins = msgspec.to_builtins
@@ -106,8 +128,7 @@ class Stats:
 
 
 def session_stats(directory: str, top: int = 5) -> Stats:
-    import datetime
-
+    """What a session's log holds, by record type and by day, and its largest records."""
     stats = Stats()
     days: dict[str, list[int]] = {}
     last_day = "?"
@@ -161,3 +182,136 @@ def dir_sizes(directory: str) -> tuple[int, int]:
             files += st.st_size
             disk += getattr(st, "st_blocks", 0) * 512
     return files, disk
+
+
+# ------------------------------------------------------------------ store views
+@dataclass(frozen=True)
+class SessionView:
+    """What an open session says of itself (`session_view`)."""
+
+    session_id: str
+    directory: str
+    sequence: int  # of its latest checkpoint
+    log_bytes: int  # of committed records
+    events: int  # the latest event sequence
+    transcript_batches: int
+    executions: int
+
+
+def session_view(store: Store, session_id: str) -> SessionView | None:
+    """A session's directory and counts (None: no such session). Opens the session,
+    so a damaged one raises its `CorruptionError`."""
+    sess = store.open_sessions.get(session_id)
+    if sess is None:
+        return None
+    return sess.read_head(
+        lambda head: SessionView(
+            session_id=session_id,
+            directory=sess.dir,
+            sequence=head.sequence,
+            log_bytes=head.covered,
+            events=head.event_counter,
+            transcript_batches=head.transcripts,
+            executions=head.executions,
+        )
+    )
+
+
+def listed_sessions(store: Store) -> dict[str, SessionSummary]:
+    """Every session the catalog lists, by id, as of now."""
+    store.catalog.refresh()
+    return store.catalog.listed()
+
+
+def children_of(store: Store) -> dict[str, list[str]]:
+    """Every parent id the catalog knows, with the listed sessions forked from it."""
+    store.catalog.refresh()
+    return store.catalog.children_of()
+
+
+def state_items(store: Store, scope: str) -> list[tuple[str, Any]]:
+    """Every (key, value) of one state scope, sorted by key."""
+    return store.state.keys(scope)
+
+
+def refresh_catalog(store: Store, session_ids: list[str]) -> set[str]:
+    """Re-derive these sessions' catalog entries from their logs, after a tool changed
+    the logs (a repair's cut, an import's new directories). Returns the directory
+    names it could not settle now (a busy lock): the next open settles them."""
+    return store.upkeep.reconcile([dir_name(sid) for sid in session_ids])
+
+
+def live_holder(root: str, directory: str) -> str | None:
+    """Who else uses the session in `directory` now, or None: the holder of its lock,
+    or a live process whose registration (`ROOT/procs/`) says it writes the session.
+    A writer holds the session's lock only while it commits, so the registration is
+    what shows a writer between its commits."""
+    lock = FileLock(os.path.join(directory, LOCK_FILE), "session")
+    try:
+        if not lock.try_acquire():
+            return lock.holder() or "another process (its lock file names no holder)"
+        lock.release()
+    finally:
+        lock.close()
+    procs = os.path.join(root, PROCS_DIR)
+    try:
+        names = sorted(os.listdir(procs))
+    except FileNotFoundError:
+        return None
+    wanted = os.path.basename(directory)
+    for name in names:
+        if name.startswith("."):
+            continue
+        path = os.path.join(procs, name)
+        if _registered_live(path, wanted):
+            return f"pid={name.split('-')[0]} (a live store registered in {path})"
+    return None
+
+
+def _registered_live(path: str, name: str) -> bool:
+    """Whether the registration at `path` is a live process's and names `name`."""
+    reg = FileLock(path, "process registration")
+    try:
+        if reg.try_acquire():
+            reg.release()
+            return False  # a dead process's registration
+        with open(path, "rb") as f:
+            return name in f.read().decode("utf-8", "replace").split()
+    except OSError:
+        return False
+    finally:
+        reg.close()
+
+
+__all__ = [
+    "SEVERITY_CACHE",
+    "SEVERITY_DATA",
+    "DamagedSessionsError",
+    "SessionBusyError",
+    "SessionView",
+    "Stats",
+    "TypeStats",
+    "accept_loss",
+    "children_of",
+    "compact_session",
+    "describe",
+    "describe_loss",
+    "dir_name",
+    "dir_sizes",
+    "export_sessions",
+    "first_damage",
+    "import_bundle",
+    "is_store",
+    "listed_sessions",
+    "live_holder",
+    "loss_notes",
+    "refresh_catalog",
+    "repair_session",
+    "replay",
+    "salvage_session",
+    "session_path",
+    "session_stats",
+    "session_view",
+    "state_items",
+    "verify_store",
+]

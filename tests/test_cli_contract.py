@@ -98,9 +98,8 @@ def test_every_option_has_help_text_and_its_default() -> None:
     from journal.cli import build_parser
 
     parser = build_parser()
-    (sub,) = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
-    for name, sp in sub.choices.items():  # type: ignore[attr-defined]
-        for action in sp._actions:
+    for name, sp in parser.commands.items():
+        for action in sp._actions:  # reaches inside argparse: it lists no options publicly
             if action.help == "==SUPPRESS==" or action.dest == "help":
                 continue
             assert action.help, (name, action.dest)
