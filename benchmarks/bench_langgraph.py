@@ -216,6 +216,11 @@ def main() -> None:
     if args.json:
         print(json.dumps(results, indent=2))
         return
+    print_table(results, steps)
+
+
+def print_table(results: list[dict[str, Any]], steps: int) -> None:
+    """Each durability pairing's figures, side by side, with their ratio."""
     print(
         f"LangGraph agent loop, {steps} steps, growing message list (~300 B per message),"
         f" graph durability={GRAPH_DURABILITY}"
@@ -224,8 +229,10 @@ def main() -> None:
         s = next(r for r in results if r["saver"] == "sqlite" and r["durable"] == durable)
         j = next(r for r in results if r["saver"] == "journal" and r["durable"] == durable)
         mode = "fsync / synchronous=FULL" if durable else "os / synchronous=NORMAL"
-        print(f"\n[{mode}]  checkpoints: sqlite {s['checkpoints']}, journal {j['checkpoints']};"
-              f" messages at the end: {j['messages']}")
+        print(
+            f"\n[{mode}]  checkpoints: sqlite {s['checkpoints']}, journal {j['checkpoints']};"
+            f" messages at the end: {j['messages']}"
+        )
         print(f"{'metric':28} {'SqliteSaver':>14} {'JournalSaver':>14} {'ratio':>8}")
         for key, label, unit in (
             ("per_step_ms", "per-step latency", "ms"),

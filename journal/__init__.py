@@ -47,7 +47,7 @@ from .types import (
     TranscriptPage,
     TranscriptPageRequest,
 )
-from .validate import validate_session_id
+from .validate import check_json_value, validate_session_id
 
 __version__ = "0.1.0"
 
@@ -128,5 +128,6 @@ __all__ = [
     "TranscriptPage",
     "TranscriptPageRequest",
     "open",
+    "check_json_value",
     "validate_session_id",
 ]

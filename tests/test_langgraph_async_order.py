@@ -30,11 +30,10 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
-from langgraph_checks import Reads, cfg, same, slow_saver
+from langgraph_checks import Reads, cfg, index_of, same, slow_saver
 from typing_extensions import TypedDict
 
-import journal.integrations.langgraph as lgmod
-from journal.integrations.langgraph import JournalSaver
+from journal.integrations.langgraph import JournalSaver, events, fastpath, fingerprint
 
 
 def build_async(
@@ -129,7 +128,7 @@ def check(
             with JournalSaver(root) as fresh:
                 reads = Reads(fresh)
                 got = list(fresh.list(cfg(thread), before=cfg(thread, anchor), limit=limit))
-                idx = fresh._index(thread, thread, "")
+                idx = index_of(fresh, thread)
                 assert idx is not None
                 if expect_fast and limit == 10 and 20 < depth < len(put_ids) - 20:
                     assert idx.iranges, "the fast path was not taken"
@@ -221,7 +220,7 @@ def test_a_page_boundary_between_writes_and_their_put(tmp_path: Path) -> None:
 
 
 def old_fp_next(prev: Any, high: int, kind: str, checkpoint_id: str | None) -> list[Any]:
-    """The 5-field `fp` of the previous version (ahead writes counted as late)."""
+    """The 5-field `fp` (no `pend`: ahead writes counted as late)."""
     if high == 0:
         late, last, ok = 0, None, True
     elif prev is None or prev.seq != high:
@@ -229,37 +228,38 @@ def old_fp_next(prev: Any, high: int, kind: str, checkpoint_id: str | None) -> l
     else:
         late = prev.seq if prev.is_late else prev.late
         last, ok = prev.last, prev.clean
-    if kind == lgmod.EV_CHECKPOINT:
+    if kind == events.EV_CHECKPOINT:
         is_late = False
         if checkpoint_id is None or (last is not None and not checkpoint_id > last):
             ok = False
         last = checkpoint_id
     else:
-        is_late = kind != lgmod.EV_WRITES or last is None or checkpoint_id != last
+        is_late = kind != events.EV_WRITES or last is None or checkpoint_id != last
     return [high, late, last, ok, is_late]
 
 
 def test_sessions_written_with_the_5_field_fp_read_right(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A log written by the previous version (no `pend`), then continued by this one."""
-    monkeypatch.setattr(lgmod, "_fp_next", lambda p, h, k, c, r: old_fp_next(p, h, k, c))
-    monkeypatch.setattr(lgmod, "_MAX_LATE", 10**6)  # let the fast path walk the old chain
+    """A log of 5-field `fp`s (no `pend`), then continued by the saver."""
+    # internal: the saver writes only the current `fp`; this writes the 5-field one
+    monkeypatch.setattr(fingerprint, "for_new", lambda p, h, k, c, r: old_fp_next(p, h, k, c))
+    monkeypatch.setattr(fastpath, "MAX_LATE", 10**6)  # let the fast path walk the old chain
     root = tmp_path / "store"
     ref = InMemorySaver()
     ids = build_async(root, ref, "t", 150, seed=5, cold_rate=0.0)
     with JournalSaver(root) as fresh:
-        idx = fresh._index("t", "t", "")
+        idx = index_of(fresh, "t")
         assert idx is not None and idx.high_fp is not None
         assert idx.high_fp.clean and not idx.high_fp.current
     check(root, ref, "t", ids, [0, 10, 70, 140], expect_fast=False)
     monkeypatch.undo()
-    # This version continues the log: not clean from then on (old pending writes
+    # The saver continues the log: not clean from then on (old pending writes
     # are unknown), and every answer still right.
     later = [str(uuid6(clock_seq=10_000 + i)) for i in range(60)]
     ids += build_async(root, ref, "t", 60, seed=6, ids=later, start=150)
     with JournalSaver(root) as fresh:
-        idx = fresh._index("t", "t", "")
+        idx = index_of(fresh, "t")
         assert idx is not None and idx.high_fp is not None
         assert idx.high_fp.current and not idx.high_fp.ok
     check(root, ref, "t", ids, [0, 10, 40, 70, 140, 200], expect_fast=False)
@@ -268,12 +268,12 @@ def test_sessions_written_with_the_5_field_fp_read_right(
 def test_too_many_pending_checkpoints_stop_the_fast_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(lgmod, "_MAX_PEND", 3)
+    monkeypatch.setattr(fingerprint, "MAX_PEND", 3)  # internal: a limit with no option
     root = tmp_path / "store"
     ref = InMemorySaver()
     ids = build_async(root, ref, "t", 120, seed=7, lag=8, cold_rate=0.0)
     with JournalSaver(root) as fresh:
-        idx = fresh._index("t", "t", "")
+        idx = index_of(fresh, "t")
         assert idx is not None and idx.high_fp is not None and not idx.high_fp.ok
     check(root, ref, "t", ids, [0, 30, 90], expect_fast=False)
 
@@ -285,7 +285,8 @@ def test_a_put_listing_writes_that_are_not_its_own_is_refused(tmp_path: Path) ->
     ids = build_async(root, ref, "t", 120, seed=8, cold_rate=0.0)
     anchor = ids[-60]
     with JournalSaver(root) as fresh:
-        real = fresh._island_events
+        # internal: a corrupt `mine` cannot be written through the API
+        real = fresh._fast.island_events
 
         def lying(idx: Any, events: list[Any]) -> None:
             real(idx, events)
@@ -293,7 +294,7 @@ def test_a_put_listing_writes_that_are_not_its_own_is_refused(tmp_path: Path) ->
                 if put.ahead:
                     put.ahead = (seq - 1,)  # the event just before: usually not its write
 
-        fresh._island_events = lying  # type: ignore[method-assign]
+        fresh._fast.island_events = lying  # type: ignore[method-assign]
         got = list(fresh.list(cfg("t"), before=cfg("t", anchor), limit=10))
     want = list(ref.list(cfg("t"), before=cfg("t", anchor), limit=10))
     assert [t.config for t in got] == [t.config for t in want]
@@ -360,7 +361,7 @@ def test_a_real_graph_with_async_durability(tmp_path: Path) -> None:
             anchor = ids[depth]
             with JournalSaver(root) as fresh:
                 got = list(fresh.list(cfg("g"), before=cfg("g", anchor), limit=10))
-                idx = fresh._index("g", "g", "")
+                idx = index_of(fresh, "g")
                 assert idx is not None and idx.iranges, "the fast path was not taken"
                 one = fresh.get_tuple(cfg("g", anchor))
             want = list(slow.list(cfg("g"), before=cfg("g", anchor), limit=10))

@@ -28,7 +28,10 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph_checks import cfg, same
 
-from journal.integrations.langgraph import JournalSaver, _id_time
+from journal import InvalidInputError
+from journal.integrations.langgraph import JournalSaver
+from journal.integrations.langgraph.fastpath import FastPath
+from journal.integrations.langgraph.fingerprint import id_time
 from journal.session import Session
 
 
@@ -62,6 +65,7 @@ def agent_loop(savers: list[Any], thread: str, steps: int) -> list[str]:
 
 
 def count_refreshes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    # internal: a session's check (`Session.refresh`) is not visible through the API
     calls: list[int] = []
     original = Session.refresh
 
@@ -172,8 +176,11 @@ def test_a_cold_read_closes_the_readers_it_makes(tmp_path: Path) -> None:
         fresh.store.reader = recording  # type: ignore[method-assign]
         assert len(list(fresh.list(cfg("t", ns=""), before=cfg("t", ids[20]), limit=5))) == 5
         assert fresh.get_tuple(cfg("t", ids[3])) is not None
-        assert made and all(r._sess is None for r in made)  # every one closed
-        sessions = list(fresh.store._sessions.values())
+        assert made
+        for r in made:  # every one closed: a read through it is refused
+            with pytest.raises(InvalidInputError):
+                r.load()
+        sessions = fresh.store.open_sessions.snapshot()  # internal: pins are not in the API
         assert sessions and all(s.users == 0 for s in sessions)  # no pin left
 
 
@@ -225,7 +232,7 @@ def test_commits_made_during_a_cold_list_are_seen_by_the_next_read(tmp_path: Pat
 
 
 def _uuid6_at(t: int, seq: int) -> str:
-    """A uuid6 string whose timestamp is `t` (what `_id_time` reads back)."""
+    """A uuid6 string whose timestamp is `t` (what `fingerprint.id_time` reads back)."""
     high, mid, low = (t >> 28) & 0xFFFFFFFF, (t >> 12) & 0xFFFF, t & 0x0FFF
     return f"{high:08x}-{mid:04x}-6{low:03x}-{0x8000 | (seq & 0x3FFF):04x}-{seq:012x}"
 
@@ -241,7 +248,7 @@ def test_the_search_follows_a_guess_that_lands_just_short(
         for step in range(300):
             t += 2000 if step < 30 else 1000  # a slower start: guesses land short
             cid = _uuid6_at(t, step)
-            assert _id_time(cid) == t
+            assert id_time(cid) == t
             cp = empty_checkpoint()
             cp["id"] = cid
             cp["channel_values"] = {"step": step}
@@ -251,13 +258,14 @@ def test_the_search_follows_a_guess_that_lands_just_short(
             parent = cid
             ids.append(cid)
     probes: list[int] = []
-    original = JournalSaver._event_at
+    original = FastPath.event_at
 
-    def counted(self: JournalSaver, idx: Any, seq: int) -> Any:
+    def counted(self: FastPath, idx: Any, seq: int) -> Any:
         probes.append(seq)
         return original(self, idx, seq)
 
-    monkeypatch.setattr(JournalSaver, "_event_at", counted)
+    # internal: a probe is one event read, told from the others only inside the fast path
+    monkeypatch.setattr(FastPath, "event_at", counted)
     anchor = ids[8]  # 97% of the way back
     with JournalSaver(root) as fresh:
         got = list(fresh.list(cfg("t", ns=""), before=cfg("t", anchor), limit=10))

@@ -23,7 +23,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph_checks import cfg, same
+from langgraph_checks import cfg, count_reads, same
 
 from journal.integrations.langgraph import JournalSaver
 
@@ -45,29 +45,25 @@ def put_all(savers: list[Any], thread: str, lists: list[list[Any]]) -> list[str]
 
 class Calls:
     """Counts the saver's `load`, `load_prefix` and `checkpoint_at` reads (through
-    its store or a `Store.reader`: the saver's `_load_cp`, `_head_prefix` and
-    `_checkpoint_at`), and the context items the prefixes read held."""
+    its store or a `Store.reader`), and the context items the prefixes read held."""
 
     def __init__(self, saver: JournalSaver) -> None:
         self.load = 0
         self.prefix = 0
         self.checkpoint_at = 0
         self.prefix_items = 0
-        for name, attr in (
-            ("load", "_load_cp"),
-            ("prefix", "_head_prefix"),
-            ("checkpoint_at", "_checkpoint_at"),
-        ):
-            orig = getattr(saver, attr)
 
-            def counted(*a: Any, _orig: Any = orig, _name: str = name, **k: Any) -> Any:
-                setattr(self, _name, getattr(self, _name) + 1)
-                got = _orig(*a, **k)
-                if _name == "prefix" and got is not None:
-                    self.prefix_items += len(got[2])
-                return got
+        def seen(name: str, got: Any) -> None:
+            if name == "load_prefix":
+                self.prefix += 1
+                if got is not None:
+                    self.prefix_items += len(got.context)
+            elif name == "load":
+                self.load += 1
+            else:
+                self.checkpoint_at += 1
 
-            setattr(saver, attr, counted)
+        count_reads(saver, ("load", "load_prefix", "checkpoint_at"), seen)
 
 
 def compare(root: Path, ref: InMemorySaver, anchor: str, limit: int) -> Calls:
@@ -121,8 +117,8 @@ def test_a_short_old_context_is_sliced_from_a_prefix_of_a_long_head(tmp_path: Pa
     with JournalSaver(root) as saver:
         ids = put_all([saver, ref], "t", lists)
     # Put 3 holds 4 messages, the head 120: only the first 4 of the head's are read
-    # (the whole head, 120 decodes, was more than rebuilding put 3 with
-    # `checkpoint_at`, which is what the saver did before `load_prefix`).
+    # (the whole head, 120 decodes, costs more than rebuilding put 3 with
+    # `checkpoint_at`).
     calls = compare(root, ref, ids[4], 2)
     assert (calls.load, calls.prefix, calls.checkpoint_at) == (0, 1, 0)
     assert calls.prefix_items == 4

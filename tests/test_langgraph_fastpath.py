@@ -23,16 +23,15 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph_checks import Reads, cfg, same, slow_saver
+from langgraph_checks import Reads, cfg, index_of, same, slow_saver
 
-import journal.integrations.langgraph as lgmod
-from journal.integrations.langgraph import JournalSaver
+from journal.integrations.langgraph import JournalSaver, fastpath
 
 
 @pytest.fixture(autouse=True)
 def long_late_chains(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let the fast path walk the long late chains these tests build (it must stay right)."""
-    monkeypatch.setattr(lgmod, "_MAX_LATE", 10**6)
+    monkeypatch.setattr(fastpath, "MAX_LATE", 10**6)  # internal: a limit with no option
 
 
 def build(
@@ -85,7 +84,7 @@ def check_against(root: Path, ref: Any, thread: str, put_ids: list[str], depths:
         for limit in (1, 3, 10):
             with JournalSaver(root) as fresh:
                 got = list(fresh.list(cfg(thread), before=cfg(thread, anchor), limit=limit))
-                idx = fresh._index(thread, thread, "")
+                idx = index_of(fresh, thread)
                 assert idx is not None
                 fast_expected = 10 < depth < len(put_ids) - 1
                 if fast_expected and limit == 10 and not isinstance(ref, JournalSaver):
@@ -153,7 +152,7 @@ def test_fast_path_agrees_with_the_scan_and_reads_little(tmp_path: Path) -> None
 def test_a_long_late_chain_falls_back_to_the_scan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(lgmod, "_MAX_LATE", 5)
+    monkeypatch.setattr(fastpath, "MAX_LATE", 5)  # internal: a limit with no option
     root = tmp_path / "store"
     ref = InMemorySaver()
     with JournalSaver(root) as saver:
@@ -161,7 +160,7 @@ def test_a_long_late_chain_falls_back_to_the_scan(
     for depth in (20, 100):
         with JournalSaver(root) as fresh:
             got = list(fresh.list(cfg("t"), before=cfg("t", ids[-1 - depth]), limit=5))
-            idx = fresh._index("t", "t", "")
+            idx = index_of(fresh, "t")
             assert idx is not None and not idx.iranges and idx.low < len(ids)
         want = list(ref.list(cfg("t"), before=cfg("t", ids[-1 - depth]), limit=5))
         assert [t.config for t in got] == [t.config for t in want]
@@ -177,7 +176,7 @@ def test_non_monotonic_ids_fall_back_to_the_scan(tmp_path: Path) -> None:
     with JournalSaver(root) as saver:
         build([saver, ref], "t", 120, seed=11, ids=ids)
     with JournalSaver(root) as fresh:
-        idx = fresh._index("t", "t", "")
+        idx = index_of(fresh, "t")
         assert idx is not None and idx.high_fp is not None and not idx.high_fp.ok
     for anchor in (ids[10], ids[40], ids[60], ids[80], ids[100]):
         with JournalSaver(root) as fresh:
@@ -200,7 +199,7 @@ def test_copy_thread_and_prune_keep_the_fast_path_right(tmp_path: Path) -> None:
     check_against(root, ref, "dst", ids, [3, 77, 150, 199])
     check_against(root, None, "dst", ids, [3, 77, 150, 199])
     with JournalSaver(root) as saver:
-        idx = saver._index("dst", "dst", "")
+        idx = index_of(saver, "dst")
         assert idx is not None and idx.high_fp is not None and idx.high_fp.clean
         saver.prune(["dst"])
     check_against(root, None, "dst", ids, [0, 5, 100])

@@ -21,7 +21,8 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph_checks import cfg, same
 
-from journal.integrations.langgraph import JournalSaver
+from journal import CHECKPOINT_VERSION, Checkpoint, SessionContext
+from journal.integrations.langgraph import ORIGIN_LABEL, JournalSaver
 
 _step = [0]
 
@@ -97,7 +98,13 @@ def test_another_fork_of_the_root_is_not_part_of_the_thread(tmp_path: Path) -> N
         # then used as a thread of its own.
         summary = saver.store.session_summary("t")
         assert summary is not None
-        saver.store.fork("t", summary.sequence, saver._placeholder("other", "other", ""))
+        fork = Checkpoint(
+            version=CHECKPOINT_VERSION,
+            session_id="other",
+            session_context=SessionContext(owner_id="langgraph", origin_label=ORIGIN_LABEL),
+            metadata={"langgraph": {"thread_id": "other", "checkpoint_ns": ""}},
+        )
+        saver.store.fork("t", summary.sequence, fork)
         other = put([saver], "other", "", 2)
         assert {s.session_id for s in saver.store.child_sessions("t")} >= {"other"}
         listed = [t.config["configurable"] for t in saver.list(whole("t"))]

@@ -23,10 +23,10 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph_checks import Reads, cfg, same
+from langgraph_checks import Reads, cfg, index_of, same
 
+from journal import Event
 from journal.integrations.langgraph import JournalSaver
-from journal.types import Event
 
 
 def put(savers: list[Any], thread: str, step: int, parent: str | None, messages: list[Any]) -> str:
@@ -93,7 +93,7 @@ def test_another_writers_commits_are_seen(tmp_path: Path) -> None:
             same(fresh.get_tuple(tup.config), tup)
         # Neither saver raced the other: the newest event is still clean, so a
         # fresh saver's cold reads may use the fast path.
-        idx = fresh._index("t", "t", "")
+        idx = index_of(fresh, "t")
         assert idx is not None and idx.high_fp is not None and idx.high_fp.clean
     a.close()
     b.close()
