@@ -27,12 +27,12 @@ from .index import (
     Index,
 )
 from .layout import SNAPSHOT_FILE
-from .log import ScanState
 from .metafile import (
     KIND_SNAPSHOT,
     read_meta,
     write_meta,
 )
+from .scan import ScanState, Tail
 from .sessionstate import Head, KnownDamage, SessionGone
 
 _decode_head = msgspec.msgpack.Decoder(Head).decode
@@ -127,7 +127,7 @@ class SessionCatchUp(SessionFold):
                 if (
                     tolerate
                     and not strict
-                    and (state.tail != "clean" or (cold and self._data_after(state)))
+                    and (state.tail != Tail.CLEAN or (cold and self._data_after(state)))
                 ):
                     state = self._check_stable_tail(state)
             except CorruptionError as exc:
@@ -135,12 +135,12 @@ class SessionCatchUp(SessionFold):
                 self.log.forget_cached()  # the log is not what the cached records came from
                 if not tolerate:
                     raise
-                state.tail = "damaged"
+                state.tail = Tail.DAMAGED
                 return state
             ahead = max([self.head.covered] + [i.covered for i in self.indexes.values()])
             claimed, claimed_by = self.durable_claim
             missing = None
-            if state.end < claimed and state.tail != "damaged":
+            if state.end < claimed and state.tail != Tail.DAMAGED:
                 missing = (
                     f"committed data is missing: the log ends at position {state.end}, but"
                     f" {os.path.basename(claimed_by)} records it durable up to position"
@@ -211,7 +211,7 @@ class SessionCatchUp(SessionFold):
         finally:
             self._write_lock.release()
         verdict = None
-        if checked.tail == "corrupt":
+        if checked.tail == Tail.CORRUPT:
             verdict = CorruptionError(
                 f"session {self.id!r}: {checked.detail}",
                 path=checked.path,
@@ -277,7 +277,7 @@ class SessionCatchUp(SessionFold):
         read cleanly up to `start`, readers here need not scan them again (`refresh`
         then costs a probe at `end`, as after a scan). Caller holds `_state_lock`."""
         state = self.tail_state
-        if state.tail == "clean" and state.end == start:
+        if state.tail == Tail.CLEAN and state.end == start:
             # In place (a new ScanState per commit cost more than the check): for a
             # clean state, readers use only `tail` and `end` (`refresh`).
             state.end = end
@@ -371,7 +371,7 @@ class SessionCatchUp(SessionFold):
         """
         state = self.tail_state
         if (
-            state.tail == "clean"
+            state.tail == Tail.CLEAN
             and self.damage is None
             and state.end == self.head.covered
             and all(i.covered == state.end for i in self.indexes.values())

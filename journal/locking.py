@@ -18,8 +18,8 @@ from .errors import (
     JournalError,
     StorageError,
 )
-from .log import ScanState
 from .reads import SessionReads
+from .scan import ScanState, Tail, TailReason
 from .sessionstate import Head, KnownDamage, Recovery, SessionGone, T
 
 
@@ -71,7 +71,7 @@ class SessionLocking(SessionReads):
                     # Found by a read, anywhere in the log: writes wait for a person
                     # (`journal repair --accept-loss`), whatever the tail looks like.
                     raise KnownDamage.of(self.damage)
-                if state.tail != "clean":
+                if state.tail != Tail.CLEAN:
                     state = self._recover(state)
                 self._recovered = True
                 self.log.open_writer(self.head.covered)
@@ -178,21 +178,21 @@ class SessionLocking(SessionReads):
 
     def _recover(self, state: ScanState) -> ScanState:
         """Under the lock: nobody else is writing, so an unfinished tail is a crash."""
-        if state.tail in ("uncommitted",):
+        if state.tail == Tail.UNCOMMITTED:
             state = self._catch_up(strict=True)
-        if state.tail == "corrupt":
+        if state.tail == Tail.CORRUPT:
             raise CorruptionError(
                 f"session {self.id!r}: {state.detail}; committed data before it is readable,"
                 " `journal repair` can cut the log there",
                 path=state.path,
                 offset=state.file_offset,
             )
-        if state.tail == "unsealed":
+        if state.tail == Tail.UNSEALED:
             self.log.finish_seal(state.end)
             self.log.list_segments()
             state = self._catch_up(strict=True)
-        if state.tail == "torn":
-            if state.detail == "segment header incomplete":
+        if state.tail == Tail.TORN:
+            if state.reason == TailReason.HEADER_INCOMPLETE:
                 self.log.remove_empty_newest()
             else:
                 self.log.truncate_tail(state.end)
@@ -218,7 +218,7 @@ class SessionLocking(SessionReads):
         state = self.tail_state
         end = self.head.covered
         return (
-            state.tail == "clean"
+            state.tail == Tail.CLEAN
             and state.end == end
             and self.log.writer_at(end)
             and self.flock.line_is_ours()

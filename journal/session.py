@@ -25,7 +25,8 @@ from .index import (
 )
 from .layout import IDENTITY_FILE, LOCK_FILE, LOG_DIR, LOSS_PENDING_FILE
 from .locks import FileLock
-from .log import KIND_SESSION, Log, ScanState
+from .log import KIND_SESSION, Log
+from .scan import ScanState
 from .sessiondir import SessionIdentity, file_key, origin_of, read_identity
 from .sessionstate import Head, SessionOptions
 from .writes import SessionWrites

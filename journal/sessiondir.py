@@ -18,8 +18,10 @@ import msgspec
 from . import fsio
 from .errors import CorruptionError, StorageError
 from .layout import IDENTITY_FILE, LOCK_FILE, LOG_DIR
-from .log import KIND_SESSION, SEGMENT_HEADER_SIZE, Log, ScanState, segment_name
+from .log import KIND_SESSION, Log
 from .metafile import KIND_IDENTITY, META_HEADER_SIZE, encode_meta, read_meta, write_meta
+from .scan import ScanState, Tail
+from .segment import SEGMENT_HEADER_SIZE, segment_name
 
 _encode = msgspec.msgpack.Encoder().encode
 
@@ -176,7 +178,7 @@ def has_commit(directory: str) -> bool:
         state = ScanState()
         for _ in log.committed(0, state, strict=True):
             return True
-        if state.tail == "corrupt":
+        if state.tail == Tail.CORRUPT:
             raise CorruptionError(
                 f"{log.label}: {state.detail}", path=state.path, offset=state.file_offset
             )

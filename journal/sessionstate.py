@@ -40,7 +40,8 @@ from .index import (
     Index,
 )
 from .locks import FileLock
-from .log import Log, ScanState
+from .log import Log
+from .scan import ScanState
 from .sessiondir import SessionIdentity, file_key
 
 T = TypeVar("T")

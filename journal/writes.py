@@ -52,6 +52,7 @@ from .record import (
     Record,
     frame,
 )
+from .scan import Tail
 from .types import (
     Checkpoint,
     Event,
@@ -440,7 +441,7 @@ class SessionWrites(SessionLocking):
                 raise
             end = self._apply_own_events(staged, start)
             state = self.tail_state  # `_extend_view`, inline
-            if state.tail == "clean" and state.end == start:
+            if state.tail == Tail.CLEAN and state.end == start:
                 state.end = end
 
     def _apply_own_events(
