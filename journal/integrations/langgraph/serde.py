@@ -202,11 +202,7 @@ class ItemCodec:
                     snaps.append(old_snap)
                     attrs = attrs and type(old_snap) is dict
                     continue
-            item = self.dump(v)
-            snap = _snapshot(v)
-            items.append(item)
-            snaps.append(snap)
-            attrs = attrs and type(snap) is dict
+            attrs = self._dump_onto(v, items, snaps) and attrs
         return items, SerCache(list(values), snaps, items[:], attrs)
 
     def _dump_grown(self, values: list[Any], cache: SerCache) -> tuple[list[Any], SerCache] | None:
@@ -230,12 +226,16 @@ class ItemCodec:
         snaps = snaps[:]
         attrs = True
         for v in values[n:]:
-            item = self.dump(v)
-            snap = _snapshot(v)
-            items.append(item)
-            snaps.append(snap)
-            attrs = attrs and type(snap) is dict
+            attrs = self._dump_onto(v, items, snaps) and attrs
         return items, SerCache(list(values), snaps, items[:], attrs)
+
+    def _dump_onto(self, value: Any, items: list[Any], snaps: list[Any]) -> bool:
+        """Append the stored form of `value` to `items` and its snapshot to `snaps`;
+        whether the snapshot is an attribute dict."""
+        items.append(self.dump(value))
+        snap = _snapshot(value)
+        snaps.append(snap)
+        return type(snap) is dict
 
     def load_list(self, items: list[Any], where: str) -> list[Any]:
         if self.fast_list and items:
