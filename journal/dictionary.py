@@ -11,7 +11,7 @@ prose and code, and 3x or more on repetitive tool output (FORMAT.md section 3).
 The dictionary is a DICT record in the session's log (its own commit). A copy of
 the session directory therefore always holds the dictionary its records need, and
 the dictionary comes before every record that uses it. A session has at most one.
-Training runs in the background (`Store._train_dictionary`) once a writer has
+Training runs as a background job of the store once a writer has
 sampled `SAMPLE_BYTES` of payloads. A dictionary that does not pay for itself on
 those samples is not kept.
 """

@@ -10,7 +10,7 @@ so a waiter that times out can say who holds the lock. `lock` is a token unique
 to the `FileLock` object, so the line also tells a holder whether anyone else
 held the lock since it last wrote the line (`acquire` returns that): a session
 writer that finds its own line skips re-reading the log's end (see
-`Session._acquire_writer`). The lock is taken once per commit (flock is a few
+`locking.SessionLocking`). The lock is taken once per commit (flock is a few
 microseconds); in-process threads are serialised by the caller's own
 `threading.Lock` first, because flock does not exclude threads that share the
 file description.

@@ -98,7 +98,7 @@ def build_spare(directory: str) -> None:
     synced after its entries. `fill_spare` later only writes the identity in
     place, so a new session's critical path creates no file, syncs no directory
     but `sessions/`, and its two file syncs persist no new file size (see
-    `Store._stage`).
+    `Publisher.stage`).
     """
     _lay_out(directory)
     log_dir = os.path.join(directory, LOG_DIR)
@@ -190,7 +190,7 @@ def has_commit(directory: str) -> bool:
 def start_seal(directory: str, *, spare: bool) -> fsio.Syncing:
     """Start making a directory from `build` or `fill_spare` durable, once its first
     commit is written (through a `private` Session, which synced nothing); it is
-    published by rename only after every sync has finished (`Store._stage`).
+    published by rename only after every sync has finished (`Publisher.stage`).
 
     Its segment is fdatasynced; a directory from `build` also has its identity
     file, `log/` and the directory itself synced, concurrently: nothing is
@@ -199,7 +199,7 @@ def start_seal(directory: str, *, spare: bool) -> fsio.Syncing:
     directory before `log/` existed once let a power loss leave a session
     without its log (found by tests/test_lost_writes.py). A spare's entries were
     synced when it was built, and its identity file's sync started when it was
-    written (`Store._new_session_dir`).
+    written (`Publisher.stage`).
     """
     if spare:
         return fsio.start_sync(segment_files(directory), [], [])
