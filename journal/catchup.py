@@ -254,7 +254,7 @@ class SessionCatchUp(SessionFold):
         with self._state_lock:
             # An index that looks wrong may be the next incarnation's (the session was
             # deleted and created again by another process): rebuilding from its log
-            # and discarding its index files would destroy its caches (found by review).
+            # and discarding its index files would destroy its caches.
             self._check_still_published()
             self.log.forget_cached()  # an index pointed at the wrong bytes: trust nothing read
             old = self.indexes

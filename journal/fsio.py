@@ -188,9 +188,9 @@ class _Pool:
     """A few daemon threads that run `_Job`s (the syncs of `start_sync`).
 
     Not a `concurrent.futures.ThreadPoolExecutor`: its submit and its futures (a
-    Condition each, a semaphore per submit) cost about 260 lines of Python per fork
-    on the calling thread; a job here is a lock and a queue entry, waited for in C.
-    The first `size` submits each start a thread (as the executor did); later jobs
+    Condition each, a semaphore per submit) run hundreds of lines of Python per
+    fork on the calling thread; a job here is a lock and a queue entry, waited for
+    in C. The first `size` submits each start a thread; later jobs
     wait in the queue for a free one. Daemon threads: a sync still running when the
     interpreter exits belongs to a call that has not returned.
     """
@@ -362,10 +362,10 @@ def sync_dir_while(path: str, work: Callable[[], None]) -> None:
 
     The other way round from `start_sync`: here the calling thread waits in the
     system call and the pool thread takes the GIL meanwhile, where a sync started
-    in a pool thread began only once that thread woke and got the GIL from a busy
-    caller, and the caller woke again only once it was done (0.1-0.2 ms each on a
-    virtual machine). With `ops.concurrent` False (the power-loss recorder), or
-    while the interpreter exits, both run here, the sync first.
+    in a pool thread begins only once that thread wakes and gets the GIL from a
+    busy caller, and the caller wakes again only once it is done. With
+    `ops.concurrent` False (the power-loss recorder), or while the interpreter
+    exits, both run here, the sync first.
     """
     job: _Job | None = None
     if ops.concurrent and not sys.is_finalizing():

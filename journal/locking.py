@@ -88,8 +88,8 @@ class SessionLocking(SessionReads):
         # FileLock in between (a delete in this process locks it too, and so does a
         # reader classifying the tail), and our own holder line still on file. Only
         # after a section that ended well: a failed write or roll may have left the
-        # log other than our bookkeeping says, which the checks and a scan then see
-        # (found by review: a failed roll left a closed descriptor trusted).
+        # log other than our bookkeeping says (a failed roll can leave a closed
+        # descriptor), which the checks and a scan then see.
         self._quiet_mark = self.flock.acquisitions if self._writer_ready else -1
         self._release_locks()
 

@@ -195,11 +195,11 @@ def start_seal(directory: str, *, spare: bool) -> fsio.Syncing:
     Its segment is fdatasynced; a directory from `build` also has its identity
     file, `log/` and the directory itself synced, concurrently: nothing is
     published until all are durable, so their order does not matter. Every
-    directory is synced after all its entries exist: syncing the session
-    directory before `log/` existed once let a power loss leave a session
-    without its log (found by tests/test_lost_writes.py). A spare's entries were
-    synced when it was built, and its identity file's sync started when it was
-    written (`Publisher.stage`).
+    directory is synced after all its entries exist: a sync of the session
+    directory before `log/` exists lets a power loss leave a session without its
+    log (tests/test_lost_writes.py). A spare's entries are synced when it is
+    built, and its identity file's sync starts when it is written
+    (`Publisher.stage`).
     """
     if spare:
         return fsio.start_sync(segment_files(directory), [], [])

@@ -185,8 +185,8 @@ class SessionState:
         Not just "does the path exist": the session may have been deleted and
         created again under the same id (its directory name), by another process.
         This object's lock file and descriptors belong to the old one; writing
-        through them wrote into the new log from a stale position, or into an
-        unlinked file (found by review). The identity file is written once per
+        through them would write into the new log from a stale position, or into
+        an unlinked file. The identity file is written once per
         session, so its inode and change time identify the incarnation.
         """
         return file_key(self.identity_path) == self._identity_key

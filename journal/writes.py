@@ -424,8 +424,8 @@ class SessionWrites(SessionLocking):
                     req.error = exc
                     continue
                 except BaseException:
-                    # interrupted (a signal handler raising): nothing was written, so
-                    # nothing planned may stay (found by review)
+                    # interrupted (a signal handler raising): nothing is written, so
+                    # nothing planned may stay
                     eventrules.undo(rules, changes)
                     raise
                 staged.append((req, payload, data))
