@@ -36,23 +36,19 @@ from .record import (
     frame_at,
     open_payload,
 )
-from .scan import Scanner
-
-# Re-exported: session.py and store.py import these from here until they import them
-# from `scan` and `segment`; then these three lines go.
-from .scan import ScanState as ScanState
+from .scan import Scanner, ScanState
 from .segment import (
     SEAL_SIZE,
+    SEGMENT_HEADER_SIZE,
     SEGMENT_SUFFIX,
     Segment,
     create_segment_file,
     file_size,
     open_for_writing,
     read_at,
+    segment_name,
     write_seal,
 )
-from .segment import SEGMENT_HEADER_SIZE as SEGMENT_HEADER_SIZE
-from .segment import segment_name as segment_name
 from .writer import GroupCommit, SegmentWriter
 
 # The kind in a log's segment headers (FORMAT.md section 3).
