@@ -44,7 +44,7 @@ from .payloads import (
 )
 from .record import CHECKPOINT, EVENT, EXECUTION, LOSS, OK, TRANSCRIPT, Record, frame, parse_at
 from .salvage import scan
-from .scan import ScanState
+from .scan import ScanState, Tail
 from .segment import SEAL_RECORD, SEAL_SIZE, SEGMENT_HEADER_SIZE
 from .session import Session
 from .sessiondir import open_log
@@ -125,7 +125,7 @@ def _accept(sess: Session, directory: str, report: LossReport) -> None:
         return
     damaged = (
         error is not None
-        or state.tail == "corrupt"
+        or state.tail == Tail.CORRUPT
         or claim > state.end
         or sess.damage is not None
         or pending is not None
