@@ -56,18 +56,17 @@ class PendingAppend:
 class BatchWriter(Protocol):
     """What the queue needs of the session it serves."""
 
-    @property
-    def durable(self) -> bool:
-        """Whether commits are synced before they are acknowledged."""
-        ...
+    durable: bool  # whether commits are synced before they are acknowledged
 
     def last_sync_seconds(self) -> float:
         """How long the log's last fdatasync took."""
         ...
 
-    def write_batch(self, take: Callable[[], list[PendingAppend]]) -> None:
-        """Under the write lock: commit the batch `take()` returns, each append as its
-        own commit, filling in each one's `end` and `result` or `error`."""
+    def write_batch(
+        self, take: Callable[[PendingAppend], list[PendingAppend]], leader: PendingAppend
+    ) -> None:
+        """Under the write lock: commit the batch `take(leader)` returns, each append as
+        its own commit, filling in each one's `end` and `result` or `error`."""
         ...
 
     def wait_durable(self, end: int) -> None:
@@ -80,12 +79,16 @@ class AppendQueue:
 
     def __init__(self, writer: BatchWriter) -> None:
         self._writer = writer
+        self._durable = writer.durable  # fixed for the session's life
         self._queue: list[PendingAppend] = []
         # `with` on the lock itself where nothing waits: Condition.__enter__ is a
         # Python-level call, on every append
         self._lock = threading.Lock()
         self._cv = threading.Condition(self._lock)
         self._last_batch = 1
+        # The batch the current leader took: only the leader, at the front of the
+        # queue, uses it, and the next leader begins after this one removed it.
+        self._batch: list[PendingAppend] = []
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -137,7 +140,7 @@ class AppendQueue:
         last batch had company: a lone writer never waits.
         """
         want = self._last_batch
-        if want < 2 or not self._writer.durable:
+        if want < 2 or not self._durable:
             return
         with self._cv:
             deadline = time.monotonic() + min(self._writer.last_sync_seconds(), GATHER_MAX)
@@ -155,6 +158,7 @@ class AppendQueue:
             for req in batch:
                 req.taken = True
         self._last_batch = len(batch)
+        self._batch = batch
         return batch
 
     def _lead(self, leader: PendingAppend) -> None:
@@ -163,26 +167,23 @@ class AppendQueue:
         Always leaves the queue with the batch removed and every member done, with
         its result or an error, whatever happens here (see `finally`).
         """
-        batch = [leader]
-
-        def take() -> list[PendingAppend]:
-            nonlocal batch
-            batch = self._take(leader)
-            return batch
-
+        self._batch = [leader]
         try:
             if self._last_batch > 1:
                 self._gather()
-            self._writer.write_batch(take)
+            self._writer.write_batch(self._take, leader)
+            batch = self._batch
             # Still first in line, sync the batch (the session lock is free meanwhile):
             # appends that arrive during the sync queue up behind it and go out as
             # the next batch, one write and one sync for all of them.
-            if self._writer.durable:
+            if self._durable:
                 end = leader.end if len(batch) == 1 else max(r.end for r in batch)
                 self._writer.wait_durable(end)
         except BaseException as exc:  # before the batch was taken, only the leader tried
+            batch = self._batch
             _fail_batch(batch, leader, exc)
         finally:
+            batch = self._batch
             with self._lock:
                 del self._queue[: len(batch)]
                 for req in batch:

@@ -90,7 +90,11 @@ def guarded(fn: F) -> F:
             calls.depth = depth
             if depth == 0 and calls.pinned:
                 pinned, calls.pinned = calls.pinned, []
-                _release_pins(pinned)
+                if len(pinned) == 1:  # the usual case, without a call more
+                    release, sess = pinned[0]
+                    release([sess])
+                else:
+                    _release_pins(pinned)
 
     return cast(F, wrapper)
 

@@ -53,6 +53,7 @@ class Session(SessionWrites):
         self.dir_name = os.path.basename(directory)
         self.id = session_id
         self.options = options
+        self.durable = options.durable
         self._private = private is not None
         self._open_identity(private)
         self.log = Log(

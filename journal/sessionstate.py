@@ -133,6 +133,7 @@ class SessionState:
     dir_name: str  # its name in sessions/
     id: str  # the session id
     options: SessionOptions
+    durable: bool  # `options.durable`: commits are synced before they are acknowledged
     identity: SessionIdentity
     identity_path: str  # the identity file, checked on every call (`still_published`)
     # (device, inode, change time) of the identity file when opened; None: private

@@ -350,15 +350,13 @@ class SessionWrites(SessionLocking):
         (`appends.AppendQueue`)."""
         return self.appends.append(PendingAppend(recorded_at_ms, event, expected_latest))
 
-    @property
-    def durable(self) -> bool:
-        return self.options.durable
-
     def last_sync_seconds(self) -> float:
         return self.log.last_sync
 
-    def write_batch(self, take: Callable[[], list[PendingAppend]]) -> None:
-        """Take the write lock, commit the appends `take()` returns, release it
+    def write_batch(
+        self, take: Callable[[PendingAppend], list[PendingAppend]], leader: PendingAppend
+    ) -> None:
+        """Take the write lock, commit the appends `take(leader)` returns, release it
         (`appends.BatchWriter`). `committing()` spelled out: its three nested
         context managers cost more than the flock they take."""
         durable = self.options.durable
@@ -367,7 +365,7 @@ class SessionWrites(SessionLocking):
         try:
             self._acquire_writer()
             try:
-                self._commit_appends(take())
+                self._commit_appends(take(leader))
                 self.after_commit()
             except BaseException:
                 self._writer_ready = False  # not quiet next time: see `_release_writer`
