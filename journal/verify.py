@@ -30,8 +30,8 @@ from .index import (
 from .layout import IDENTITY_FILE, LOG_DIR, LOSS_PENDING_FILE, SNAPSHOT_FILE, dir_name
 from .log import KIND_SESSION, Log
 from .metafile import KIND_IDENTITY, KIND_SNAPSHOT, KIND_STATE, read_meta
-from .payloads import LossPayload
-from .record import CHECKPOINT, DICT, EVENT, LOSS, PAD, SEAL, TYPE_NAMES
+from .payloads import CheckpointPayload, EventPayload, LossPayload
+from .record import CHECKPOINT, DICT, EVENT, LOSS, PAD, SEAL, TYPE_NAMES, Record
 from .scan import ScanState, Tail
 from .segment import SEGMENT_HEADER_SIZE
 from .sessiondir import SessionIdentity, directory_origin
@@ -219,113 +219,21 @@ def _scan(
     log: Log, sid: str | None, report: SessionReport, findings: list[Finding]
 ) -> dict[int, list[tuple[int, int, int, int]]] | None:
     """Walk every commit; return the index entries the log implies."""
-    expected: dict[int, list[tuple[int, int, int, int]]] = {k: [] for k in INDEX_FILES}
+    walk = _Walk(log, sid, report, findings)
     state = ScanState()
-    last_cp = -1
-    counter = 0
-    context_len = 0
-    epoch = 0
-    dead_epoch: int | None = None
     try:
         for commit in log.committed(0, state, strict=True):
             report.commits += 1
             for rec in commit:
-                if rec.rtype in (PAD, SEAL):
-                    continue  # filler left by compact; the end of a sealed segment
-                if rec.rtype == DICT and not dictionary.well_placed(commit):
-                    findings.append(_at(log, sid, rec.pos, dictionary.MISPLACED))
-                decoder = _DECODERS.get(rec.rtype)
-                if decoder is None:
-                    findings.append(
-                        Finding(
-                            SEVERITY_DATA,
-                            sid,
-                            log.label,
-                            rec.pos,
-                            f"unexpected record type {rec.rtype}",
-                        )
-                    )
-                    continue
-                try:
-                    p = decoder.decode(rec.payload)
-                except msgspec.DecodeError as exc:
-                    findings.append(
-                        _at(
-                            log,
-                            sid,
-                            rec.pos,
-                            f"{TYPE_NAMES[rec.rtype]} payload does not decode: {exc}",
-                        )
-                    )
-                    continue
-                if rec.rtype == LOSS:
-                    report.losses.append(p)
-                    for seq in range(counter + 1, p.events_through + 1):
-                        expected[KIND_EVENTS].append((seq, rec.pos, rec.size, REMOVED))
-                    counter = max(counter, p.events_through)
-                    last_cp = max(last_cp, p.checkpoints_through)
-                    continue
-                kind = _IDX_OF.get(rec.rtype)
-                if kind is None:
-                    continue
-                flags = 0
-                if rec.rtype == EVENT:
-                    counter += 1
-                    if p.sequence != counter:
-                        findings.append(
-                            _at(
-                                log,
-                                sid,
-                                rec.pos,
-                                f"event sequence {p.sequence}, expected {counter}",
-                            )
-                        )
-                    flags = REMOVED if p.transient else 0
-                    for r in p.removes:
-                        if 0 < r <= len(expected[KIND_EVENTS]):
-                            k, pos, size, f = expected[KIND_EVENTS][r - 1]
-                            expected[KIND_EVENTS][r - 1] = (k, pos, size, f | REMOVED)
-                elif rec.rtype == CHECKPOINT:
-                    if p.sequence <= last_cp:
-                        findings.append(
-                            _at(
-                                log,
-                                sid,
-                                rec.pos,
-                                f"checkpoint {p.sequence} does not advance {last_cp}",
-                            )
-                        )
-                    stub = compacted_stub(p.header)
-                    if stub is not None and stub.get("items_dropped"):
-                        dead_epoch = p.epoch  # compact dropped this epoch's items
-                    if (
-                        last_cp >= 0
-                        and p.epoch == epoch
-                        and p.epoch != dead_epoch
-                        and p.base != context_len
-                    ):
-                        findings.append(
-                            _at(
-                                log,
-                                sid,
-                                rec.pos,
-                                f"checkpoint {p.sequence} keeps {p.base} context"
-                                f" items but {context_len} are stored",
-                            )
-                        )
-                    context_len = p.base + len(p.items)
-                    epoch = p.epoch
-                    last_cp = p.sequence
-                    report.checkpoints += 1
-                expected[kind].append((p.sequence, rec.pos, rec.size, flags))
+                walk.record(rec, commit)
     except CorruptionError as exc:
         findings.append(Finding(SEVERITY_DATA, sid, exc.path or log.dir, exc.offset, _msg(exc)))
         return None
     except (JournalError, OSError) as exc:
         findings.append(_finding(exc, sid, log.label))
         return None
-    report.events = counter
-    report.last_checkpoint = last_cp
+    report.events = walk.counter
+    report.last_checkpoint = walk.last_cp
     report.log_bytes = state.end
     if state.tail == Tail.CORRUPT:
         findings.append(Finding(SEVERITY_DATA, sid, state.path, state.file_offset, state.detail))
@@ -336,7 +244,103 @@ def _scan(
         }.get(state.tail)
         if unfinished is not None:
             findings.append(Finding(SEVERITY_TAIL, sid, state.path, state.file_offset, unfinished))
-    return expected
+    return walk.expected
+
+
+class _Walk:
+    """What `_scan` learns from the records of a log, one at a time, as the session
+    folds them: the index entries they imply, and every rule a record breaks."""
+
+    def __init__(
+        self, log: Log, sid: str | None, report: SessionReport, findings: list[Finding]
+    ) -> None:
+        self.log, self.sid, self.report, self.findings = log, sid, report, findings
+        self.expected: dict[int, list[tuple[int, int, int, int]]] = {k: [] for k in INDEX_FILES}
+        self.last_cp = -1
+        self.counter = 0
+        self.context_len = 0
+        self.epoch = 0
+        self.dead_epoch: int | None = None
+
+    def _bad(self, rec: Record, message: str) -> None:
+        self.findings.append(_at(self.log, self.sid, rec.pos, message))
+
+    def record(self, rec: Record, commit: list[Record]) -> None:
+        if rec.rtype in (PAD, SEAL):
+            return  # filler left by compact; the end of a sealed segment
+        if rec.rtype == DICT and not dictionary.well_placed(commit):
+            self._bad(rec, dictionary.MISPLACED)
+        decoder = _DECODERS.get(rec.rtype)
+        if decoder is None:
+            self.findings.append(
+                Finding(
+                    SEVERITY_DATA,
+                    self.sid,
+                    self.log.label,
+                    rec.pos,
+                    f"unexpected record type {rec.rtype}",
+                )
+            )
+            return
+        try:
+            p = decoder.decode(rec.payload)
+        except msgspec.DecodeError as exc:
+            self._bad(rec, f"{TYPE_NAMES[rec.rtype]} payload does not decode: {exc}")
+            return
+        if rec.rtype == LOSS:
+            self._loss(rec, p)
+            return
+        kind = _IDX_OF.get(rec.rtype)
+        if kind is None:
+            return
+        flags = 0
+        if rec.rtype == EVENT:
+            flags = self._event(rec, p)
+        elif rec.rtype == CHECKPOINT:
+            self._checkpoint(rec, p)
+        self.expected[kind].append((p.sequence, rec.pos, rec.size, flags))
+
+    def _loss(self, rec: Record, p: LossPayload) -> None:
+        for seq in range(self.counter + 1, p.events_through + 1):
+            self.expected[KIND_EVENTS].append((seq, rec.pos, rec.size, REMOVED))
+        self.report.losses.append(p)
+        self.counter = max(self.counter, p.events_through)
+        self.last_cp = max(self.last_cp, p.checkpoints_through)
+
+    def _event(self, rec: Record, p: EventPayload) -> int:
+        """Check an event's sequence, apply what it removes; return its index flags."""
+        self.counter += 1
+        if p.sequence != self.counter:
+            self._bad(rec, f"event sequence {p.sequence}, expected {self.counter}")
+        events = self.expected[KIND_EVENTS]
+        for r in p.removes:
+            if 0 < r <= len(events):
+                k, pos, size, f = events[r - 1]
+                events[r - 1] = (k, pos, size, f | REMOVED)
+        return REMOVED if p.transient else 0
+
+    def _checkpoint(self, rec: Record, p: CheckpointPayload) -> None:
+        """Check that a checkpoint advances and extends the context stored so far."""
+        if p.sequence <= self.last_cp:
+            self._bad(rec, f"checkpoint {p.sequence} does not advance {self.last_cp}")
+        stub = compacted_stub(p.header)
+        if stub is not None and stub.get("items_dropped"):
+            self.dead_epoch = p.epoch  # compact dropped this epoch's items
+        if (
+            self.last_cp >= 0
+            and p.epoch == self.epoch
+            and p.epoch != self.dead_epoch
+            and p.base != self.context_len
+        ):
+            self._bad(
+                rec,
+                f"checkpoint {p.sequence} keeps {p.base} context"
+                f" items but {self.context_len} are stored",
+            )
+        self.context_len = p.base + len(p.items)
+        self.epoch = p.epoch
+        self.last_cp = p.sequence
+        self.report.checkpoints += 1
 
 
 def _check_indexes(
@@ -411,8 +415,7 @@ def _check_snapshot(
             sid,
             path,
             None,
-            f"snapshot covers position {head.covered} beyond the log's end at"
-            f" {report.log_bytes}",
+            f"snapshot covers position {head.covered} beyond the log's end at {report.log_bytes}",
         )
         return
     in_log = log.dictionary.pos if log.dictionary is not None else -1

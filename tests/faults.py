@@ -26,27 +26,15 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 import journal
 from journal import (
     Checkpoint,
-    Event,
-    EventPageRequest,
-    ExecutionPageRequest,
-    ExecutionRecord,
-    JournalEvent,
     Store,
-    TimestampedEvent,
-    TranscriptBatch,
-    TranscriptPageRequest,
     fsio,
 )
 
@@ -273,110 +261,7 @@ def truncate_file(path: str, size: int) -> None:
         f.truncate(size)
 
 
-# ------------------------------------------------------------------ workload helpers
-def checkpoint(session_id: str, sequence: int, context: list[Any], epoch: int = 0) -> Checkpoint:
-    cp = Checkpoint.empty(session_id, owner_id="owner")
-    return msgspec.structs.replace(cp, sequence=sequence, context=context, context_epoch=epoch)
-
-
-def warning(text: str, at_ms: int = 1_700_000_000_000) -> TimestampedEvent:
-    return TimestampedEvent(
-        recorded_at_ms=at_ms, event=Event(msg={"type": "warning", "message": text})
-    )
-
-
-def execution(session_id: str, sequence: int) -> ExecutionRecord:
-    start = 1_700_000_000_000 + sequence
-    return ExecutionRecord(
-        session_id=session_id,
-        submission_id=f"sub-{sequence}",
-        author={"user": "u"},
-        turn_id=f"turn-{sequence}",
-        started_at_ms=start,
-        finished_at_ms=start + 5,
-        elapsed_ms=5,
-        outcome="completed",
-    )
-
-
-def all_events(store: Store, session_id: str, page: int = 7) -> list[JournalEvent]:
-    """Every retained event, oldest first, read through newest-first pages."""
-    out: list[JournalEvent] = []
-    before = None
-    while True:
-        p = store.event_page(session_id, EventPageRequest(limit=page, before_sequence=before))
-        out.extend(p.events)
-        if p.next_before_sequence is None:
-            return out[::-1]
-        before = p.next_before_sequence
-
-
-def all_batches(store: Store, session_id: str, page: int = 5) -> list[TranscriptBatch]:
-    out: list[TranscriptBatch] = []
-    before = None
-    while True:
-        p = store.transcript_page(
-            session_id, TranscriptPageRequest(max_batches=page, before_sequence=before)
-        )
-        out.extend(p.batches)
-        if p.next_before_sequence is None:
-            return out[::-1]
-        before = p.next_before_sequence
-
-
-def all_executions(store: Store, session_id: str, page: int = 5) -> list[ExecutionRecord]:
-    out: list[ExecutionRecord] = []
-    before = None
-    while True:
-        p = store.execution_page(
-            session_id, ExecutionPageRequest(limit=page, before_sequence=before)
-        )
-        out.extend(p.executions)
-        if p.next_before_sequence is None:
-            return out[::-1]
-        before = p.next_before_sequence
-
-
-def observe(
-    store: Store, session_ids: list[str], state_keys: list[tuple[str, str]] = ()
-) -> dict[str, Any]:
-    """Everything the public API shows about some sessions, as plain data."""
-    out: dict[str, Any] = {}
-    for sid in session_ids:
-        cp = store.load(sid)
-        if cp is None:
-            out[sid] = None
-            continue
-        out[sid] = {
-            "checkpoint": msgspec.to_builtins(cp),
-            "events": msgspec.to_builtins(all_events(store, sid)),
-            "batches": msgspec.to_builtins(all_batches(store, sid)),
-            "executions": msgspec.to_builtins(all_executions(store, sid)),
-            "history": {
-                s: msgspec.to_builtins(store.checkpoint_at(sid, s)) for s in range(cp.sequence + 1)
-            },
-        }
-    for scope, key in state_keys:
-        out[f"state:{scope}:{key}"] = store.load_state(scope, key)
-    return out
-
-
-def exit_code_of_child(pid: int, *, seconds: float, hung: str) -> int:
-    """Wait for a forked child; kill it and fail with `hung` if it takes too long."""
-    import pytest
-
-    deadline = time.monotonic() + seconds
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pytest.fail(hung)
-        time.sleep(0.01)
-
-
+# ------------------------------------------------------------------ faults of a store
 def catalog_outlived_a_save(root: Path, scratch: Path, save: Callable[[Store], object]) -> None:
     """Leave `root` as a power loss during `save` could: every file as before it, but
     the catalog as `save` left it (its unsynced records kept, the rest lost), in the

@@ -9,16 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import T0, warning_event
 
 import journal
 from journal import Checkpoint, Event, EventPageRequest, InvalidInputError, JournalEvent, fsio
 from journal.log import Log
-
-T0 = 1_700_000_000_000
-
-
-def _event(text: str) -> Event:
-    return Event(msg={"type": "warning", "message": text})
 
 
 def _queue_behind_the_lock(store: journal.Store, session_id: str, events: list[Event]) -> list[Any]:
@@ -62,7 +57,7 @@ def test_queued_appends_share_one_write_and_keep_their_own_results(
 
     try:
         store.save(Checkpoint.empty("a"))
-        store.append_event("a", T0, _event("before"))
+        store.append_event("a", T0, warning_event("before"))
         store.spares.wait()  # spare session directories are synced in the background
         monkeypatch.setattr(Log, "write", counting)
         syncs: list[str] = []
@@ -73,8 +68,9 @@ def test_queued_appends_share_one_write_and_keep_their_own_results(
             real_sync(fd, path)
 
         monkeypatch.setattr(fsio.ops, "sync_data", counting_sync)
-        events = [_event(f"queued {i}") for i in range(8)]
-        events[3] = _event("x" * 10_000)  # too large for a record of 4 KiB: only this one fails
+        events = [warning_event(f"queued {i}") for i in range(8)]
+        # too large for a record of 4 KiB: only this one fails
+        events[3] = warning_event("x" * 10_000)
         outcomes = _queue_behind_the_lock(store, "a", events)
         assert len(writes) == 1, f"{len(writes)} writes for one queue of appends"
         assert len(syncs) == (1 if durability == "fsync" else 0), syncs
@@ -98,7 +94,7 @@ def test_queued_appends_share_one_write_and_keep_their_own_results(
         for stored in page.events[:-1]:
             assert stored == by_sequence[stored.sequence]
         # the next append continues the sequence
-        assert store.append_event("a", T0 + 100, _event("after")).sequence == 9
+        assert store.append_event("a", T0 + 100, warning_event("after")).sequence == 9
     finally:
         store.close()
 
@@ -115,7 +111,7 @@ def test_a_failed_commit_fails_every_queued_append(
             raise failing
 
         monkeypatch.setattr(Log, "write", broken)
-        outcomes = _queue_behind_the_lock(store, "a", [_event(f"e{i}") for i in range(5)])
+        outcomes = _queue_behind_the_lock(store, "a", [warning_event(f"e{i}") for i in range(5)])
         assert all(isinstance(o, journal.StorageError) for o in outcomes), outcomes
         assert all(str(o) == str(failing) for o in outcomes)
         # the leader raises the failure itself, every other caller its own copy of it
@@ -124,7 +120,7 @@ def test_a_failed_commit_fails_every_queued_append(
         monkeypatch.undo()
         page = store.event_page("a", EventPageRequest(limit=10))
         assert page.latest_sequence == 0 and page.events == []
-        assert store.append_event("a", T0, _event("later")).sequence == 1
+        assert store.append_event("a", T0, warning_event("later")).sequence == 1
     finally:
         store.close()
 
@@ -136,15 +132,17 @@ def test_expected_latest_appends_only_after_that_sequence(tmp_path: Path) -> Non
     store = journal.open(tmp_path / "s", durability="os")
     try:
         store.save(Checkpoint.empty("a"))
-        first = store.append_event("a", T0, _event("one"), expected_latest=0)
+        first = store.append_event("a", T0, warning_event("one"), expected_latest=0)
         assert first.sequence == 1
         with pytest.raises(journal.ContractViolationError, match="latest sequence is 1"):
-            store.append_event("a", T0 + 1, _event("stale"), expected_latest=0)
+            store.append_event("a", T0 + 1, warning_event("stale"), expected_latest=0)
         page = store.event_page("a", EventPageRequest(limit=10))
         assert [e.sequence for e in page.events] == [1], "a rejected append left an event"
-        assert store.append_event("a", T0 + 2, _event("two"), expected_latest=1).sequence == 2
+        assert (
+            store.append_event("a", T0 + 2, warning_event("two"), expected_latest=1).sequence == 2
+        )
         with pytest.raises(InvalidInputError, match="expected_latest"):
-            store.append_event("a", T0 + 3, _event("bad"), expected_latest=-1)
+            store.append_event("a", T0 + 3, warning_event("bad"), expected_latest=-1)
         assert store.event_page("a", EventPageRequest(limit=10)).latest_sequence == 2
     finally:
         store.close()
@@ -163,7 +161,9 @@ def test_in_one_queue_only_the_first_of_two_with_the_same_expectation_wins(
 
         def append(i: int) -> None:
             try:
-                outcomes[i] = store.append_event("a", T0 + i, _event(f"pop {i}"), expected_latest=0)
+                outcomes[i] = store.append_event(
+                    "a", T0 + i, warning_event(f"pop {i}"), expected_latest=0
+                )
             except Exception as exc:
                 outcomes[i] = exc
 
@@ -192,10 +192,10 @@ def test_expected_latest_through_the_async_store(tmp_path: Path) -> None:
         store = await journal.open_async(tmp_path / "s", durability="os")
         try:
             await store.save(Checkpoint.empty("a"))
-            ev = await store.append_event("a", T0, _event("x"), expected_latest=0)
+            ev = await store.append_event("a", T0, warning_event("x"), expected_latest=0)
             assert ev.sequence == 1
             with pytest.raises(journal.ContractViolationError):
-                await store.append_event("a", T0, _event("y"), expected_latest=0)
+                await store.append_event("a", T0, warning_event("y"), expected_latest=0)
         finally:
             await store.close()
 
@@ -220,7 +220,7 @@ def test_an_append_interrupted_while_queued_leaves_the_queue(
             original()
 
         monkeypatch.setattr(sess, "after_commit", slow_after_commit)
-        leader = threading.Thread(target=store.append_event, args=("a", T0, _event("lead")))
+        leader = threading.Thread(target=store.append_event, args=("a", T0, warning_event("lead")))
         leader.start()
         deadline = time.monotonic() + 10
         while not sess.appends.front_taken():
@@ -237,7 +237,7 @@ def test_an_append_interrupted_while_queued_leaves_the_queue(
         try:
             signal.setitimer(signal.ITIMER_REAL, 0.2)
             with pytest.raises(Interrupted):
-                store.append_event("a", T0 + 1, _event("interrupted"))
+                store.append_event("a", T0 + 1, warning_event("interrupted"))
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
@@ -246,7 +246,7 @@ def test_an_append_interrupted_while_queued_leaves_the_queue(
         assert len(sess.appends) == 0
         outcome: list[Any] = []
         later = threading.Thread(
-            target=lambda: outcome.append(store.append_event("a", T0 + 2, _event("later"))),
+            target=lambda: outcome.append(store.append_event("a", T0 + 2, warning_event("later"))),
             daemon=True,
         )
         later.start()

@@ -16,20 +16,11 @@ from pathlib import Path
 
 import pytest
 from faults import catalog_outlived_a_save
+from helpers import listed_sequences, lock_held_elsewhere
 
 import journal
 from journal import Checkpoint
 from journal.layout import dir_name
-
-_HOLD = textwrap.dedent(
-    """
-    import fcntl, sys
-    fd = open(sys.argv[1], "a+")
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    print("held", flush=True)
-    sys.stdin.read()
-    """
-)
 
 
 def _power_loss_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -46,18 +37,13 @@ def _power_loss_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-def _listed(store: journal.Store) -> dict[str, int]:
-    page = store.list_sessions_page(journal.SessionPageRequest(limit=100))
-    return {s.session_id: s.sequence for s in page.sessions}
-
-
 def test_control_without_interference_the_reboot_recheck_resets_x(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = _power_loss_root(tmp_path, monkeypatch)
     with journal.open(root) as store:
         assert store.load("x").sequence == 0  # type: ignore[union-attr]
-        assert _listed(store) == {"x": 0}
+        assert listed_sequences(store) == {"x": 0}
 
 
 def test_an_unsettled_boot_recheck_is_done_again_by_the_next_open(
@@ -67,26 +53,15 @@ def test_an_unsettled_boot_recheck_is_done_again_by_the_next_open(
     # Another process holds x's writer lock across this process's life (longer
     # than lock_timeout): the reset of x's entry cannot be written now.
     lock = root / "sessions" / dir_name("x") / "LOCK"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD, str(lock)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with lock_held_elsewhere(lock):
         store = journal.open(root, lock_timeout=0.3)
         assert dir_name("x") in store.upkeep.unannounced()  # kept for later (in memory)
         store.close()
         print("procs/ after close:", os.listdir(root / "procs"))
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(10)
     # The lock is free again; a later open (same boot) should settle x.
     with journal.open(root) as store:
         assert store.load("x").sequence == 0  # type: ignore[union-attr]
-        listed = _listed(store)
+        listed = listed_sequences(store)
     assert listed == {"x": 0}, f"catalog still ahead of x's log after reopen: {listed}"
 
 
@@ -113,5 +88,5 @@ def test_a_boot_recheck_cut_short_by_a_kill_is_done_again(
     assert rc == 9
     with journal.open(root) as store:
         assert store.load("x").sequence == 0  # type: ignore[union-attr]
-        listed = _listed(store)
+        listed = listed_sequences(store)
     assert listed == {"x": 0}, f"catalog still ahead of x's log after reopen: {listed}"

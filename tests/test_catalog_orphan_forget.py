@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from helpers import listed_ids, lock_held_elsewhere
+
 import journal
 from journal import Checkpoint
 
@@ -27,21 +29,6 @@ _DIE_AFTER_INTENT = textwrap.dedent(
     """
 )
 
-_HOLD = textwrap.dedent(
-    """
-    import fcntl, sys
-    fd = open(sys.argv[1], "a+")
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    print("held", flush=True)
-    sys.stdin.read()
-    """
-)
-
-
-def _listed(store: journal.Store) -> set[str]:
-    page = store.list_sessions_page(journal.SessionPageRequest(limit=100))
-    return {s.session_id for s in page.sessions}
-
 
 def test_an_orphan_delete_record_that_failed_is_made_good_later(tmp_path: Path) -> None:
     root = tmp_path / "s"
@@ -53,26 +40,15 @@ def test_an_orphan_delete_record_that_failed_is_made_good_later(tmp_path: Path) 
     dead_files = os.listdir(root / "procs")
     assert dead_files, "the deleter's registration"
     live.upkeep._last_reconcile = 0.0  # reaches inside: probe dead processes now
-    assert _listed(live) == {"y"}  # x is under the intent: hidden
+    assert listed_ids(live) == {"y"}  # x is under the intent: hidden
     print("procs/ after the live listing:", os.listdir(root / "procs"), "was", dead_files)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD, str(root / "catalog" / "LOCK")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with lock_held_elsewhere(root / "catalog" / "LOCK"):
         q = journal.open(root, lock_timeout=0.3)  # rolls the orphan forward
         assert not list((root / "txn").glob("delete-*"))  # the delete is complete
         print("q unannounced:", q.upkeep.unannounced())
         q.close()
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(10)
     live.close()
     with journal.open(root) as r:
         assert r.load("x") is None
-        listed = _listed(r)
+        listed = listed_ids(r)
     assert listed == {"y"}, f"a deleted session is listed for good: {listed}"

@@ -6,7 +6,6 @@ and when deleting a parent finds children it does not list.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import shutil
@@ -15,11 +14,11 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from faults import catalog_outlived_a_save, save_whose_catalog_append_fails
+from helpers import listed_ids, listed_sequences, lock_held_elsewhere
 
 import journal
 from journal import Checkpoint
@@ -33,21 +32,10 @@ def _ids() -> list[str]:
     return [f"race-{i}" for i in range(N)]
 
 
-def _listed(store: journal.Store) -> set[str]:
-    out: set[str] = set()
-    cursor = None
-    while True:
-        page = store.list_sessions_page(journal.SessionPageRequest(limit=200, cursor=cursor))
-        out.update(s.session_id for s in page.sessions)
-        if page.next_cursor is None:
-            return out
-        cursor = page.next_cursor
-
-
 def _check_consistent(root: Path) -> None:
     store = journal.open(root)
     try:
-        listed = _listed(store)
+        listed = listed_ids(store)
         present = {sid for sid in _ids() if store.load(sid) is not None}
         assert listed == present, (
             f"listed but absent: {sorted(listed - present)};"
@@ -120,7 +108,7 @@ def test_two_processes_creating_the_same_ids_list_each_once(tmp_path: Path) -> N
         assert p.wait(120) == 0
     store = journal.open(root)
     try:
-        assert _listed(store) == set(_ids())
+        assert listed_ids(store) == set(_ids())
     finally:
         store.close()
 
@@ -157,7 +145,7 @@ def test_first_saves_racing_deletes_across_threads_keep_the_catalog_true(tmp_pat
     for t in threads:
         t.join(120)
     assert not errors, errors
-    assert _listed(store) == {sid for sid in _ids() if store.load(sid) is not None}
+    assert listed_ids(store) == {sid for sid in _ids() if store.load(sid) is not None}
     store.close()
     _check_consistent(root)
 
@@ -166,16 +154,11 @@ def _eventually_listed(store: journal.Store, sid: str, seconds: float = 10.0) ->
     """Whether listings show `sid` within `seconds`: an entry a failed attempt could
     not re-derive is tried again about a second later."""
     deadline = time.monotonic() + seconds
-    while sid not in _listed(store):
+    while sid not in listed_ids(store):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
     return True
-
-
-def _sequences(store: journal.Store) -> dict[str, int]:
-    page = store.list_sessions_page(journal.SessionPageRequest(limit=100))
-    return {s.session_id: s.sequence for s in page.sessions}
 
 
 @pytest.mark.parametrize("recovers", ["before the next listing", "at the next open"])
@@ -206,7 +189,7 @@ def test_a_failed_catalog_append_after_a_durable_commit_is_made_good(
         store.save(Checkpoint.empty("y", owner_id="o"))  # the caller cannot redo it
     if recovers == "before the next listing":
         store.catalog.append = real  # type: ignore[method-assign]
-        assert _sequences(store) == {"x": 1, "y": 0}
+        assert listed_sequences(store) == {"x": 1, "y": 0}
         store.close()
         assert not os.listdir(root / "procs")  # nothing left to reconcile
     else:
@@ -214,7 +197,7 @@ def test_a_failed_catalog_append_after_a_durable_commit_is_made_good(
         assert os.listdir(root / "procs"), "a registration to reconcile must remain"
     reopened = journal.open(root)
     try:
-        assert _sequences(reopened) == {"x": 1, "y": 0}
+        assert listed_sequences(reopened) == {"x": 1, "y": 0}
     finally:
         reopened.close()
 
@@ -303,7 +286,7 @@ def test_a_catalog_entry_that_outlived_a_lost_creation_is_dropped_after_reboot(
     store = journal.open(root)
     try:
         assert store.load("y") is None
-        assert _listed(store) == {"x"}, "a session that does not exist is listed"
+        assert listed_ids(store) == {"x"}, "a session that does not exist is listed"
     finally:
         store.close()
 
@@ -369,7 +352,7 @@ def test_a_completed_delete_is_never_listed(tmp_path: Path) -> None:
         assert store.load("kid") is None  # the delete is visible to readers
         assert not os.path.isdir(store.session_dir("kid"))
         kids = [k.session_id for k in store.child_sessions("p")]
-        listed = _listed(store)
+        listed = listed_ids(store)
         assert kids == [] and "kid" not in listed, (
             f"a deleted session is still listed: child_sessions={kids}, listed={sorted(listed)}"
         )
@@ -441,10 +424,10 @@ def test_a_concurrent_listing_waits_for_a_session_being_reannounced(tmp_path: Pa
         store.upkeep.reconcile = slow  # type: ignore[method-assign]
         first: list[set[str]] = []
         second: list[set[str]] = []
-        t = threading.Thread(target=lambda: first.append(_listed(store)))
+        t = threading.Thread(target=lambda: first.append(listed_ids(store)))
         t.start()
         assert entered.wait(10)
-        u = threading.Thread(target=lambda: second.append(_listed(store)))
+        u = threading.Thread(target=lambda: second.append(listed_ids(store)))
         u.start()
         u.join(0.2)  # it must wait for the first, not list without "y"
         release.set()
@@ -483,7 +466,7 @@ def test_a_transient_error_while_reannouncing_is_tried_again(
         return real_refresh(self, *a, **k)
 
     monkeypatch.setattr(Session, "refresh", flaky)
-    _listed(store)  # may miss y (transient), but must try again next time
+    listed_ids(store)  # may miss y (transient), but must try again next time
     monkeypatch.setattr(Session, "refresh", real_refresh)
     try:
         assert _eventually_listed(store, "y"), "y no longer kept for later after one failure"
@@ -492,38 +475,9 @@ def test_a_transient_error_while_reannouncing_is_tried_again(
         reopened = journal.open(root)
         try:
             assert reopened.load("y") is not None
-            assert _listed(reopened) == {"x", "y"}, "y exists but no open lists it again"
+            assert listed_ids(reopened) == {"x", "y"}, "y exists but no open lists it again"
         finally:
             reopened.close()
-
-
-@contextlib.contextmanager
-def _catalog_lock_held_elsewhere(root: Path) -> Iterator[None]:
-    """Another process holds the catalog's lock until the block ends."""
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD_CATALOG_LOCK, str(root / "catalog" / "LOCK")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        yield
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(10)
-
-
-_HOLD_CATALOG_LOCK = textwrap.dedent(
-    """
-    import fcntl, sys, time
-    fd = open(sys.argv[1], "a+")
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    print("held", flush=True)
-    sys.stdin.read()
-    """
-)
 
 
 def test_listings_still_answer_while_the_catalog_cannot_be_written(tmp_path: Path) -> None:
@@ -535,12 +489,12 @@ def test_listings_still_answer_while_the_catalog_cannot_be_written(tmp_path: Pat
     store.save(Checkpoint.empty("p", owner_id="o"))
     store.fork("p", 0, Checkpoint.empty("kid", owner_id="o"))
     try:
-        with _catalog_lock_held_elsewhere(root):
+        with lock_held_elsewhere(root / "catalog" / "LOCK"):
             # Committed; its catalog append timed out: the save returns all the same.
             store.save(Checkpoint.empty("y", owner_id="o"))
             errors = []
             for name, call in [
-                ("list_sessions_page", lambda: _listed(store)),
+                ("list_sessions_page", lambda: listed_ids(store)),
                 ("child_sessions", lambda: store.child_sessions("p")),
                 ("recent_executions", lambda: store.recent_executions(5)),
             ]:
@@ -550,7 +504,7 @@ def test_listings_still_answer_while_the_catalog_cannot_be_written(tmp_path: Pat
                     errors.append(f"{name}: {type(exc).__name__}")
             assert not errors, f"read-only listing calls now fail: {errors}"
         assert _eventually_listed(store, "y")  # re-derived once the catalog works
-        assert _listed(store) == {"p", "kid", "y"}
+        assert listed_ids(store) == {"p", "kid", "y"}
     finally:
         store.close()
 
@@ -608,7 +562,7 @@ def test_an_open_succeeds_while_the_catalog_is_busy_with_a_kept_registration(
     root = tmp_path / "s"
     store = journal.open(root, lock_timeout=0.3)
     store.save(Checkpoint.empty("p", owner_id="o"))
-    with _catalog_lock_held_elsewhere(root):
+    with lock_held_elsewhere(root / "catalog" / "LOCK"):
         store.save(Checkpoint.empty("y", owner_id="o"))  # its catalog append timed out
         store.close()
         assert os.listdir(root / "procs")
@@ -619,7 +573,7 @@ def test_an_open_succeeds_while_the_catalog_is_busy_with_a_kept_registration(
         other.close()
     reopened = journal.open(root)  # the catalog works again: the kept file is reconciled
     try:
-        assert _listed(reopened) == {"p", "y"}
+        assert listed_ids(reopened) == {"p", "y"}
         assert not os.listdir(root / "procs")
     finally:
         reopened.close()

@@ -13,27 +13,15 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from helpers import live_writer, run_cli, save_items
 
 import journal
-from journal import Checkpoint, Event, EventPageRequest, TimestampedEvent, TranscriptPageRequest
+from journal import Checkpoint, EventPageRequest, TranscriptPageRequest
 from journal.cli import render_docs
 from journal.layout import dir_name
 from journal.segment import SEGMENT_HEADER_SIZE
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def run(root: Path, *args: str, check_code: int | None = 0) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "journal.cli", "--root", str(root), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if check_code is not None:
-        assert proc.returncode == check_code, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
 
 
 @pytest.fixture(scope="module")
@@ -48,20 +36,6 @@ def demo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert proc.returncode == 0, proc.stderr
     assert "Verified every checksum and commit: clean" in proc.stdout
     return root
-
-
-def _save(store: journal.Store, sid: str, seq: int, n_items: int, events: int = 1) -> None:
-    cp = Checkpoint.empty(sid, owner_id="me")
-    cp.sequence = seq
-    cp.context = [{"i": i} for i in range(n_items)]
-    evs = [
-        TimestampedEvent(
-            recorded_at_ms=1000 + seq,
-            event=Event(msg={"type": "warning", "message": f"s{seq}e{k}"}),
-        )
-        for k in range(events)
-    ]
-    store.save_with_events(cp, [{"i": n_items}], None, evs)
 
 
 def _data_end(segment: bytes) -> int:
@@ -91,7 +65,7 @@ def test_docs_cli_md_is_current() -> None:
 
 
 def test_demo_narrative_and_json_listing(demo_root: Path) -> None:
-    out = json.loads(run(demo_root, "ls", "--json").stdout)["sessions"]
+    out = json.loads(run_cli(demo_root, "ls", "--json").stdout)["sessions"]
     ids = [s["session_id"] for s in out]
     assert set(ids) == {"demo-session", "demo-crashed-writer", "demo-session-fork"}
     assert [s["updated_at"] for s in out] == sorted((s["updated_at"] for s in out), reverse=True)
@@ -102,58 +76,62 @@ def test_demo_narrative_and_json_listing(demo_root: Path) -> None:
 
 
 def test_human_ls_has_header_and_rows(demo_root: Path) -> None:
-    lines = run(demo_root, "ls").stdout.splitlines()
+    lines = run_cli(demo_root, "ls").stdout.splitlines()
     assert lines[0].startswith("UPDATED") and "FIRST USER MESSAGE" in lines[0]
     assert len(lines) == 4
 
 
 def test_events_newest_first_and_filters(demo_root: Path) -> None:
-    events = json.loads(run(demo_root, "events", "demo-session", "--json", "--limit", "5").stdout)
+    events = json.loads(
+        run_cli(demo_root, "events", "demo-session", "--json", "--limit", "5").stdout
+    )
     seqs = [e["sequence"] for e in events]
     assert seqs == sorted(seqs, reverse=True) and len(seqs) == 5
     older = json.loads(
-        run(demo_root, "events", "demo-session", "--json", "--before", str(seqs[-1])).stdout
+        run_cli(demo_root, "events", "demo-session", "--json", "--before", str(seqs[-1])).stdout
     )
     assert all(e["sequence"] < seqs[-1] for e in older)
     typed = json.loads(
-        run(demo_root, "events", "demo-session", "--json", "--type", "turn_complete").stdout
+        run_cli(demo_root, "events", "demo-session", "--json", "--type", "turn_complete").stdout
     )
     assert typed and all(e["event"]["msg"]["type"] == "turn_complete" for e in typed)
     after = json.loads(
-        run(demo_root, "events", "demo-session", "--json", "--after", "2", "--limit", "3").stdout
+        run_cli(
+            demo_root, "events", "demo-session", "--json", "--after", "2", "--limit", "3"
+        ).stdout
     )
     assert [e["sequence"] for e in after] == sorted(e["sequence"] for e in after)
     assert after[0]["sequence"] > 2
 
 
 def test_missing_session_is_exit_1_one_sentence(demo_root: Path) -> None:
-    proc = run(demo_root, "events", "no-such-session", check_code=1)
+    proc = run_cli(demo_root, "events", "no-such-session", check_code=1)
     assert proc.stderr.strip().count("\n") == 0 and "does not exist" in proc.stderr
 
 
 def test_usage_errors_exit_2(demo_root: Path) -> None:
-    run(demo_root, "ls", "--limit", "0", check_code=2)
-    run(demo_root, "no-such-command", check_code=2)
+    run_cli(demo_root, "ls", "--limit", "0", check_code=2)
+    run_cli(demo_root, "no-such-command", check_code=2)
 
 
 def test_checkpoint_at_and_tree_and_state(demo_root: Path) -> None:
-    cp2 = json.loads(run(demo_root, "checkpoint", "demo-session", "--at", "2").stdout)
+    cp2 = json.loads(run_cli(demo_root, "checkpoint", "demo-session", "--at", "2").stdout)
     store = journal.open(demo_root)
     try:
         expected = store.checkpoint_at("demo-session", 2)
     finally:
         store.close()
     assert cp2 == msgspec.to_builtins(expected)
-    run(demo_root, "checkpoint", "demo-session", "--at", "999", check_code=1)
-    tree = json.loads(run(demo_root, "tree", "--json").stdout)
+    run_cli(demo_root, "checkpoint", "demo-session", "--at", "999", check_code=1)
+    tree = json.loads(run_cli(demo_root, "tree", "--json").stdout)
     root_node = next(n for n in tree if n["session_id"] == "demo-session")
     assert [c["session_id"] for c in root_node["children"]] == ["demo-session-fork"]
-    state = json.loads(run(demo_root, "state", "demo-session", "tasks.v1", "--json").stdout)
+    state = json.loads(run_cli(demo_root, "state", "demo-session", "tasks.v1", "--json").stdout)
     assert state["done"] == 3
 
 
 def test_replay_lists_every_committed_record_in_log_order(demo_root: Path) -> None:
-    records = json.loads(run(demo_root, "replay", "demo-session", "--json").stdout)
+    records = json.loads(run_cli(demo_root, "replay", "demo-session", "--json").stdout)
     positions = [r["position"] for r in records if "position" in r]
     assert positions == sorted(positions)
     kinds = {r["type"] for r in records}
@@ -161,15 +139,15 @@ def test_replay_lists_every_committed_record_in_log_order(demo_root: Path) -> No
 
 
 def test_diff_of_fork_and_parent(demo_root: Path) -> None:
-    proc = run(demo_root, "diff", "demo-session", "demo-session-fork", "--json", check_code=1)
+    proc = run_cli(demo_root, "diff", "demo-session", "demo-session-fork", "--json", check_code=1)
     d = json.loads(proc.stdout)
     assert d["common_context_items"] == 5 and d["only_b"] == [] and len(d["only_a"]) > 0
-    same = run(demo_root, "diff", "demo-session", "--seq", "3", "3", "--json", check_code=0)
+    same = run_cli(demo_root, "diff", "demo-session", "--seq", "3", "3", "--json", check_code=0)
     assert json.loads(same.stdout)["fields"] == {}
 
 
 def test_verify_clean_store_exit_0(demo_root: Path) -> None:
-    proc = run(demo_root, "verify")
+    proc = run_cli(demo_root, "verify")
     assert proc.stdout.startswith("ok: 3 sessions")
 
 
@@ -177,14 +155,14 @@ def test_verify_reports_flipped_byte_with_file_and_offset(tmp_path: Path) -> Non
     root = tmp_path / "s"
     store = journal.open(root, segment_bytes=4096)
     for seq in range(30):
-        _save(store, "victim", seq, seq + 1)
+        save_items(store, "victim", seq, seq + 1)
     store.close()
     seg_dir = root / "sessions" / dir_name("victim") / "log"
     sealed = sorted(seg_dir.iterdir())[0]
     data = bytearray(sealed.read_bytes())
     data[200] ^= 0xFF
     sealed.write_bytes(bytes(data))
-    proc = run(root, "verify", "--json", check_code=1)
+    proc = run_cli(root, "verify", "--json", check_code=1)
     findings = json.loads(proc.stdout)["findings"]
     assert any(f["path"] == str(sealed) and f["severity"] == "data" for f in findings), findings
     assert all(f["offset"] is not None for f in findings if f["severity"] == "data")
@@ -194,7 +172,7 @@ def test_repair_cuts_exactly_the_uncommitted_tail(tmp_path: Path) -> None:
     root = tmp_path / "s"
     store = journal.open(root)
     for seq in range(5):
-        _save(store, "torn", seq, seq + 1, events=2)
+        save_items(store, "torn", seq, seq + 1, events=2)
     store.close()
     seg = next((root / "sessions" / dir_name("torn") / "log").iterdir())
     data = seg.read_bytes()
@@ -202,19 +180,19 @@ def test_repair_cuts_exactly_the_uncommitted_tail(tmp_path: Path) -> None:
     # half of a record that never got its commit: the bytes a crash leaves
     garbage = bytes([0x11] * 4) + (60).to_bytes(4, "little") + bytes([4, 0]) + b"x" * 20
     seg.write_bytes(data[:end] + garbage + b"\x00" * 4096)
-    proc = run(root, "verify")  # a crash's leftover is reported, and is not damage
+    proc = run_cli(root, "verify")  # a crash's leftover is reported, and is not damage
     assert "unfinished final commit" in proc.stdout
-    proc = run(root, "repair", "torn", "--json")
+    proc = run_cli(root, "repair", "torn", "--json")
     report = json.loads(proc.stdout)
     (path, start, stop, _why) = report["dropped"][0]
     assert path == str(seg) and start == end and stop == end + len(garbage)
     saved = Path(report["saved_to"][0]).read_bytes()
     assert saved == garbage
     assert report["last_checkpoint"] == 4 and report["last_event"] == 10
-    run(root, "verify")
+    run_cli(root, "verify")
     store = journal.open(root)
     assert store.load("torn").sequence == 4  # type: ignore[union-attr]
-    _save(store, "torn", 5, 6)
+    save_items(store, "torn", 5, 6)
     store.close()
 
 
@@ -222,13 +200,13 @@ def test_repair_refuses_damage_before_committed_data(tmp_path: Path) -> None:
     root = tmp_path / "s"
     store = journal.open(root)
     for seq in range(5):
-        _save(store, "mid", seq, seq + 1)
+        save_items(store, "mid", seq, seq + 1)
     store.close()
     seg = next((root / "sessions" / dir_name("mid") / "log").iterdir())
     data = bytearray(seg.read_bytes())
     data[100] ^= 0x01
     seg.write_bytes(bytes(data))
-    proc = run(root, "repair", "mid", check_code=1)
+    proc = run_cli(root, "repair", "mid", check_code=1)
     assert "refused" in proc.stdout and "--accept-loss" in proc.stdout
     assert seg.read_bytes() == bytes(data)  # nothing changed
 
@@ -237,15 +215,15 @@ def test_export_import_roundtrip_equal_pages(tmp_path: Path) -> None:
     root = tmp_path / "a"
     store = journal.open(root)
     for seq in range(12):
-        _save(store, "parent", seq, seq + 2, events=3)
+        save_items(store, "parent", seq, seq + 2, events=3)
     store.fork_at("parent", 5, "child")
-    _save(store, "child", 1, 8)
+    save_items(store, "child", 1, 8)
     store.save_state("child", "k", {"v": 1})
     store.close()
     bundle = tmp_path / "b.jbundle"
-    run(root, "export", "child", "--with-ancestors", "-o", str(bundle))
+    run_cli(root, "export", "child", "--with-ancestors", "-o", str(bundle))
     other = tmp_path / "elsewhere" / "b"
-    run(other, "import", str(bundle))
+    run_cli(other, "import", str(bundle))
     a, b = journal.open(root), journal.open(other)
     try:
         for sid in ("parent", "child"):
@@ -263,9 +241,9 @@ def test_export_import_roundtrip_equal_pages(tmp_path: Path) -> None:
     finally:
         a.close()
         b.close()
-    proc = run(other, "import", str(bundle), check_code=2)
+    proc = run_cli(other, "import", str(bundle), check_code=2)
     assert "already exist" in proc.stderr
-    proc = run(other, "import", str(bundle), "--rename", "--json")
+    proc = run_cli(other, "import", str(bundle), "--rename", "--json")
     renamed = json.loads(proc.stdout)["installed"]
     assert all(new != old for old, new in renamed)
     c = journal.open(other)
@@ -280,38 +258,21 @@ def test_export_import_roundtrip_equal_pages(tmp_path: Path) -> None:
 def test_import_rejects_a_damaged_bundle(tmp_path: Path) -> None:
     root = tmp_path / "a"
     store = journal.open(root)
-    _save(store, "x", 0, 3)
+    save_items(store, "x", 0, 3)
     store.close()
     bundle = tmp_path / "x.jbundle"
-    run(root, "export", "x", "-o", str(bundle))
+    run_cli(root, "export", "x", "-o", str(bundle))
     data = bytearray(bundle.read_bytes())
     data[len(data) // 2] ^= 0xFF
     bundle.write_bytes(bytes(data))
     other = tmp_path / "o"
-    run(other, "import", str(bundle), check_code=1)
+    run_cli(other, "import", str(bundle), check_code=1)
     assert not (other / "sessions" / dir_name("x")).exists()
-
-
-WRITER = """
-import sys, time, journal
-from journal import Checkpoint, Event
-store = journal.open(sys.argv[1])
-cp = Checkpoint.empty("live", owner_id="me")
-store.save(cp)
-print("ready", flush=True)
-for i in range(100000):
-    store.append_event("live", i, Event(msg={"type": "warning", "message": f"m{i}"}))
-    time.sleep(0.002)
-"""
 
 
 def test_follow_tails_a_live_writer_and_export_is_consistent(tmp_path: Path) -> None:
     root = tmp_path / "live"
-    writer = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(root)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+    with live_writer(root, owner="me", pause=0.002):
         follow = subprocess.Popen(
             [
                 sys.executable,
@@ -330,19 +291,16 @@ def test_follow_tails_a_live_writer_and_export_is_consistent(tmp_path: Path) -> 
         )
         time.sleep(1.5)
         bundle = tmp_path / "live.jbundle"
-        run(root, "export", "live", "-o", str(bundle))
-        run(root, "verify", "live")
+        run_cli(root, "export", "live", "-o", str(bundle))
+        run_cli(root, "verify", "live")
         follow.send_signal(signal.SIGINT)
         out, err = follow.communicate(timeout=30)
         assert follow.returncode == 130 and "Traceback" not in err
         seqs = [json.loads(line)["sequence"] for line in out.splitlines()]
         assert len(seqs) > 10
         assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # gapless, in order
-    finally:
-        writer.kill()
-        writer.wait()
     other = tmp_path / "copy"
-    run(other, "import", str(bundle))
+    run_cli(other, "import", str(bundle))
     store = journal.open(other)
     try:
         page = store.event_page("live", EventPageRequest(limit=100000))
@@ -353,7 +311,7 @@ def test_follow_tails_a_live_writer_and_export_is_consistent(tmp_path: Path) -> 
 
 
 def test_stats_reports_types(demo_root: Path) -> None:
-    st = json.loads(run(demo_root, "stats", "demo-session", "--json").stdout)
+    st = json.loads(run_cli(demo_root, "stats", "demo-session", "--json").stdout)
     assert st["commits"] > 0 and {"checkpoint", "event", "commit"} <= set(st["by_type"])
     assert os.path.exists(demo_root)
 
@@ -376,14 +334,14 @@ def test_compact_dry_run_then_real(tmp_path: Path) -> None:
     store.close()
     seg_dir = root / "sessions" / dir_name("big") / "log"
     files = {p.name: p.read_bytes() for p in seg_dir.iterdir()}
-    dry = json.loads(run(root, "compact", "big", "--keep", "3", "--dry-run", "--json").stdout)
+    dry = json.loads(run_cli(root, "compact", "big", "--keep", "3", "--dry-run", "--json").stdout)
     assert dry["dry_run"] and len(dry["compacted"]) > 0 and dry["segments_rewritten"] == 0
     assert {p.name: p.read_bytes() for p in seg_dir.iterdir()} == files
-    real = json.loads(run(root, "compact", "big", "--keep", "3", "--json").stdout)
+    real = json.loads(run_cli(root, "compact", "big", "--keep", "3", "--json").stdout)
     assert real["compacted"] == dry["compacted"] and real["bytes_after"] < real["bytes_before"]
     assert real["retained"] == [27, 28, 29]
-    run(root, "verify")
-    run(root, "checkpoint", "big", "--at", str(real["compacted"][0]), check_code=1)
+    run_cli(root, "verify")
+    run_cli(root, "checkpoint", "big", "--at", str(real["compacted"][0]), check_code=1)
     store = journal.open(root)
     try:
         after = (
@@ -398,7 +356,7 @@ def test_compact_dry_run_then_real(tmp_path: Path) -> None:
 
 def test_repair_cut_also_corrects_the_catalog(tmp_path: Path) -> None:
     """What `repair --accept-loss` cuts is gone from listings and recent_executions too."""
-    from test_contract_tree import execution, fold
+    from helpers import execution, fold
 
     from journal import ExecutionStats, SessionPageRequest
 
@@ -419,8 +377,8 @@ def test_repair_cut_also_corrects_the_catalog(tmp_path: Path) -> None:
     damage = len(data) * 2 // 3  # inside a later commit
     data[damage] ^= 0xFF
     seg.write_bytes(bytes(data))
-    run(root, "repair", "cut", check_code=1)  # refused without the flag
-    report = json.loads(run(root, "repair", "cut", "--accept-loss", "--json").stdout)
+    run_cli(root, "repair", "cut", check_code=1)  # refused without the flag
+    report = json.loads(run_cli(root, "repair", "cut", "--accept-loss", "--json").stdout)
     last = report["loss"]["checkpoint_kept"]
     assert 0 <= last < 5
     store = journal.open(root, read_only=True)
@@ -431,7 +389,7 @@ def test_repair_cut_also_corrects_the_catalog(tmp_path: Path) -> None:
         assert turns == sorted(f"turn-{n}" for n in range(last + 1))
     finally:
         store.close()
-    run(root, "verify")
+    run_cli(root, "verify")
 
 
 def test_repair_refuses_a_cut_that_would_leave_no_commit(tmp_path: Path) -> None:
@@ -440,7 +398,7 @@ def test_repair_refuses_a_cut_that_would_leave_no_commit(tmp_path: Path) -> None
     root = tmp_path / "s"
     store = journal.open(root)
     for seq in range(3):
-        _save(store, "first", seq, seq + 1)
+        save_items(store, "first", seq, seq + 1)
     store.close()
     session_dir = root / "sessions" / dir_name("first")
     for cache in session_dir.iterdir():
@@ -450,7 +408,7 @@ def test_repair_refuses_a_cut_that_would_leave_no_commit(tmp_path: Path) -> None
     data = bytearray(seg.read_bytes())
     data[40] ^= 0xFF  # inside the first record
     seg.write_bytes(bytes(data))
-    proc = run(root, "repair", "first", "--accept-loss", check_code=1)
+    proc = run_cli(root, "repair", "first", "--accept-loss", check_code=1)
     assert "refused" in proc.stdout and "nothing before the damage" in proc.stdout
     assert seg.read_bytes() == bytes(data)  # nothing changed
     assert sorted(p.name for p in session_dir.iterdir()) == ["LOCK", "SESSION", "log"]
@@ -460,12 +418,12 @@ def test_export_refuses_a_session_without_a_complete_commit(tmp_path: Path) -> N
     """What a power loss leaves of a creation that never finished is no session."""
     root = tmp_path / "s"
     store = journal.open(root)
-    _save(store, "cut", 0, 1)
+    save_items(store, "cut", 0, 1)
     store.close()
     seg = next((root / "sessions" / dir_name("cut") / "log").iterdir())
     with open(seg, "r+b") as f:
         f.truncate(SEGMENT_HEADER_SIZE + 10)  # the segment header and a torn first record
-    proc = run(root, "export", "cut", "-o", str(tmp_path / "b.jbundle"), check_code=None)
+    proc = run_cli(root, "export", "cut", "-o", str(tmp_path / "b.jbundle"), check_code=None)
     assert proc.returncode != 0 and "does not exist" in proc.stderr
     assert not (tmp_path / "b.jbundle").exists()
 
@@ -475,13 +433,13 @@ def test_export_reports_damage_in_a_first_commit_as_damage(tmp_path: Path) -> No
     root = tmp_path / "s"
     store = journal.open(root)
     for seq in range(3):
-        _save(store, "hurt", seq, seq + 1)
+        save_items(store, "hurt", seq, seq + 1)
     store.close()
     session_dir = root / "sessions" / dir_name("hurt")
     seg = next((session_dir / "log").iterdir())
     data = bytearray(seg.read_bytes())
     data[SEGMENT_HEADER_SIZE + 8] ^= 0xFF  # the first record's type byte
     seg.write_bytes(bytes(data))
-    proc = run(root, "export", "hurt", "-o", str(tmp_path / "b.jbundle"), check_code=None)
+    proc = run_cli(root, "export", "hurt", "-o", str(tmp_path / "b.jbundle"), check_code=None)
     assert proc.returncode != 0
     assert "does not exist" not in proc.stderr and "fails its checksum" in proc.stderr

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_cli import _save, run
+from helpers import live_writer, run_cli, save_items
 
 import journal
 from journal import Checkpoint, Event
@@ -26,20 +26,20 @@ def store_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("contract") / "store"
     store = journal.open(root)
     for seq in range(4):
-        _save(store, "one", seq, seq + 1, events=3)
-    _save(store, "two", 0, 1)
+        save_items(store, "one", seq, seq + 1, events=3)
+    save_items(store, "two", 0, 1)
     store.close()
     return root
 
 
 def test_verify_json_prints_a_document_with_its_findings(store_root: Path) -> None:
-    doc = json.loads(run(store_root, "verify", "--json").stdout)
+    doc = json.loads(run_cli(store_root, "verify", "--json").stdout)
     assert doc["ok"] is True and doc["sessions"] == 2 and doc["findings"] == []
     assert doc["commits"] >= 5 and doc["damaged_sessions"] == []
 
 
 def test_events_json_is_one_document(store_root: Path) -> None:
-    doc = json.loads(run(store_root, "events", "one", "--json", "--limit", "4").stdout)
+    doc = json.loads(run_cli(store_root, "events", "one", "--json", "--limit", "4").stdout)
     assert isinstance(doc, list) and [e["sequence"] for e in doc] == [12, 11, 10, 9]
 
 
@@ -53,39 +53,39 @@ def test_every_listing_is_one_json_document(store_root: Path) -> None:
         ("transcript", "one"),
         ("state", "one"),
     ):
-        proc = run(store_root, *args, "--json")
+        proc = run_cli(store_root, *args, "--json")
         json.loads(proc.stdout)  # one document: fails on JSON Lines
 
 
 def test_errors_under_json_are_json_on_stderr_with_the_exit_code(store_root: Path) -> None:
-    proc = run(store_root, "events", "nope", "--json", check_code=1)
+    proc = run_cli(store_root, "events", "nope", "--json", check_code=1)
     assert proc.stdout == ""
     err = json.loads(proc.stderr)
     assert err["type"] == "NotFoundError" and "nope" in err["error"] and err["exit_code"] == 1
     assert {"path", "offset"} <= set(err)
-    usage = run(store_root, "ls", "--json", "--limit", "abc", check_code=2)
+    usage = run_cli(store_root, "ls", "--json", "--limit", "abc", check_code=2)
     err = json.loads(usage.stderr)
     assert err["exit_code"] == 2 and "--limit" in err["error"]
 
 
 def test_demo_json_is_refused_with_a_usage_error(tmp_path: Path) -> None:
-    proc = run(tmp_path / "d", "demo", "--json", check_code=2)
+    proc = run_cli(tmp_path / "d", "demo", "--json", check_code=2)
     assert json.loads(proc.stderr)["exit_code"] == 2
     assert not (tmp_path / "d").exists()
 
 
 def test_limit_abc_names_the_option(store_root: Path) -> None:
-    proc = run(store_root, "ls", "--limit", "abc", check_code=2)
+    proc = run_cli(store_root, "ls", "--limit", "abc", check_code=2)
     assert "argument --limit" in proc.stderr and "_positive" not in proc.stderr
     assert "not a whole number" in proc.stderr
 
 
 def test_limit_at_the_maximum_gives_a_true_message(store_root: Path) -> None:
     top = (1 << 63) - 1
-    proc = run(store_root, "ls", "--limit", str(top), check_code=2)
+    proc = run_cli(store_root, "ls", "--limit", str(top), check_code=2)
     assert "exceeds i64" not in proc.stderr  # 2**63-1 fits in an i64: say the real bound
     assert f"not between 1 and {top - 1}" in proc.stderr
-    ok = run(store_root, "events", "one", "--limit", str(top - 1), "--json")
+    ok = run_cli(store_root, "events", "one", "--limit", str(top - 1), "--json")
     assert len(json.loads(ok.stdout)) == 12
 
 
@@ -114,14 +114,14 @@ def test_plurals_are_right(tmp_path: Path) -> None:
     cp = Checkpoint.empty("p")
     store.save(cp, [{"role": "user", "content": "hi"}])
     store.close()
-    out = run(root, "transcript", "p").stdout
+    out = run_cli(root, "transcript", "p").stdout
     assert "1 item" in out and "1 items" not in out
-    show = run(root, "show", "p").stdout
+    show = run_cli(root, "show", "p").stdout
     assert "0 context items" in show and "1 transcript batch," in show
-    verify = run(root, "verify").stdout
+    verify = run_cli(root, "verify").stdout
     assert "1 session," in verify and "1 commit checked" in verify and "0 findings" in verify
     bundle = tmp_path / "p.jbundle"
-    assert "exported 1 session " in run(root, "export", "p", "-o", str(bundle)).stdout
+    assert "exported 1 session " in run_cli(root, "export", "p", "-o", str(bundle)).stdout
 
 
 def test_event_times_carry_a_date_when_not_today(tmp_path: Path) -> None:
@@ -133,7 +133,7 @@ def test_event_times_carry_a_date_when_not_today(tmp_path: Path) -> None:
     now_ms = int(time.time() * 1000)
     store.append_event("t", now_ms, Event(msg={"type": "warning", "message": "new"}))
     store.close()
-    lines = run(root, "events", "t").stdout.splitlines()
+    lines = run_cli(root, "events", "t").stdout.splitlines()
     old = next(ln for ln in lines if "old" in ln)
     new = next(ln for ln in lines if "new" in ln)
     assert "2020-09-13" in old
@@ -142,14 +142,14 @@ def test_event_times_carry_a_date_when_not_today(tmp_path: Path) -> None:
 
 
 def test_export_to_a_missing_directory_is_one_line_no_traceback(store_root: Path) -> None:
-    proc = run(store_root, "export", "one", "-o", "/nonexistent/dir/x.jb", check_code=1)
+    proc = run_cli(store_root, "export", "one", "-o", "/nonexistent/dir/x.jb", check_code=1)
     assert proc.stderr.count("\n") == 1 and "/nonexistent/dir" in proc.stderr
 
 
 def test_demo_on_a_path_that_is_a_file_is_a_clean_error(tmp_path: Path) -> None:
     target = tmp_path / "afile"
     target.write_text("keep me")
-    proc = run(tmp_path / "unused", "demo", str(target), check_code=2)
+    proc = run_cli(tmp_path / "unused", "demo", str(target), check_code=2)
     assert "is a file" in proc.stderr and proc.stderr.count("\n") == 1
     assert target.read_text() == "keep me"
 
@@ -168,25 +168,9 @@ def test_an_unexpected_exception_is_one_line_exit_70(
     assert err == "journal: internal error (RuntimeError): boom\n"
 
 
-WRITER = """
-import sys, time, journal
-from journal import Checkpoint, Event
-store = journal.open(sys.argv[1])
-store.save(Checkpoint.empty("live"))
-print("ready", flush=True)
-for i in range(100000):
-    store.append_event("live", i, Event(msg={"type": "warning", "message": f"m{i}"}))
-    time.sleep(0.005)
-"""
-
-
 def test_ctrl_c_during_follow_exits_130_without_traceback(tmp_path: Path) -> None:
     root = tmp_path / "live"
-    writer = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(root)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+    with live_writer(root, pause=0.005):
         follow = subprocess.Popen(
             [*CLI, "--root", str(root), "events", "live", "--follow"],
             stdout=subprocess.PIPE,
@@ -198,9 +182,6 @@ def test_ctrl_c_during_follow_exits_130_without_traceback(tmp_path: Path) -> Non
         follow.send_signal(signal.SIGINT)
         _, err = follow.communicate(timeout=30)
         assert follow.returncode == 130 and "Traceback" not in err
-    finally:
-        writer.kill()
-        writer.wait()
 
 
 def test_demo_hints_call_the_program_that_ran(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_cli import _save, run
+from helpers import run_cli, save_items
 
 import journal
 from journal import EventPageRequest
@@ -18,7 +18,7 @@ def _store(root: Path) -> None:
     store = journal.open(root)
     for sid in ("good-a", "hurt", "good-b"):
         for seq in range(6):
-            _save(store, sid, seq, seq + 1, events=3)
+            save_items(store, sid, seq, seq + 1, events=3)
     store.fork_at("good-a", 2, "good-a-fork")
     store.close()
 
@@ -47,7 +47,7 @@ def missing_segment(tmp_path: Path) -> Path:
     ids=lambda a: "-".join(a),
 )
 def test_one_bad_session_never_hides_the_others(missing_segment: Path, args: tuple[str]) -> None:
-    proc = run(missing_segment, *args, check_code=1)
+    proc = run_cli(missing_segment, *args, check_code=1)
     for sid in ("good-a", "good-b", "good-a-fork"):
         if args[0] != "executions":
             assert sid in proc.stdout, (args, proc.stdout, proc.stderr)
@@ -59,7 +59,7 @@ def test_one_bad_session_never_hides_the_others(missing_segment: Path, args: tup
 
 
 def test_ls_json_marks_the_damaged_session(missing_segment: Path) -> None:
-    proc = run(missing_segment, "ls", "--json", check_code=1)
+    proc = run_cli(missing_segment, "ls", "--json", check_code=1)
     rows = {s["session_id"]: s for s in json.loads(proc.stdout)["sessions"]}
     assert rows["hurt"]["damaged"] is True and rows["good-a"]["damaged"] is False
     note = json.loads(proc.stderr.splitlines()[0])
@@ -70,7 +70,7 @@ def test_export_all_names_the_damaged_session_and_writes_nothing(
     missing_segment: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "all.jb"
-    proc = run(missing_segment, "export", "--all", "-o", str(out), check_code=1)
+    proc = run_cli(missing_segment, "export", "--all", "-o", str(out), check_code=1)
     assert "'hurt'" in proc.stderr and not out.exists()
     assert not list(tmp_path.glob(".all.jb*"))
 
@@ -80,12 +80,14 @@ def test_export_of_a_flipped_byte_fails_naming_file_and_offset(tmp_path: Path) -
     _store(root)
     seg, _ = _flip_mid_log(root, "hurt")
     out = tmp_path / "x.jb"
-    proc = run(root, "export", "hurt", "-o", str(out), check_code=1)
+    proc = run_cli(root, "export", "hurt", "-o", str(out), check_code=1)
     assert str(seg.name) in proc.stderr and "offset" in proc.stderr
     assert "exported" not in proc.stdout
     assert not out.exists() and not list(tmp_path.glob(".x.jb*"))
     err = json.loads(
-        run(root, "export", "hurt", "-o", str(out), "--json", check_code=1).stderr.splitlines()[-1]
+        run_cli(root, "export", "hurt", "-o", str(out), "--json", check_code=1).stderr.splitlines()[
+            -1
+        ]
     )
     assert err["type"] == "DamagedSessionsError" and err["path"].endswith(seg.name)
     assert isinstance(err["offset"], int)
@@ -96,7 +98,7 @@ def test_reading_a_damaged_session_says_where_and_exits_1(tmp_path: Path, comman
     root = tmp_path / "s"
     _store(root)
     seg, _ = _flip_mid_log(root, "hurt")
-    proc = run(root, command, "hurt", check_code=1)
+    proc = run_cli(root, command, "hurt", check_code=1)
     assert "damaged" in proc.stderr and seg.name in proc.stderr and "offset" in proc.stderr
 
 
@@ -104,16 +106,16 @@ def test_the_readable_prefix_is_still_printed(tmp_path: Path) -> None:
     root = tmp_path / "s"
     _store(root)
     _flip_mid_log(root, "hurt")
-    proc = run(root, "replay", "hurt", "--json", check_code=1)
+    proc = run_cli(root, "replay", "hurt", "--json", check_code=1)
     records = json.loads(proc.stdout)
     assert records and records[0]["type"] == "checkpoint"
 
 
 def test_healthy_sessions_still_export_and_import(missing_segment: Path, tmp_path: Path) -> None:
     out = tmp_path / "good.jb"
-    run(missing_segment, "export", "good-a", "good-b", "-o", str(out))
+    run_cli(missing_segment, "export", "good-a", "good-b", "-o", str(out))
     other = tmp_path / "other"
-    run(other, "import", str(out))
+    run_cli(other, "import", str(out))
     store = journal.open(other)
     try:
         assert store.event_page("good-b", EventPageRequest(limit=100)).latest_sequence == 18

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_cli import _save, run
+from helpers import child_script, run_cli, save_items
 
 import journal
 from journal import Checkpoint
@@ -26,9 +26,9 @@ def root(tmp_path: Path) -> Path:
     root = tmp_path / "s"
     store = journal.open(root)
     for seq in range(3):
-        _save(store, "a", seq, seq + 1)
+        save_items(store, "a", seq, seq + 1)
     store.fork_at("a", 1, "a-fork")
-    _save(store, "b", 0, 1)
+    save_items(store, "b", 0, 1)
     store.close()
     return root
 
@@ -36,24 +36,24 @@ def root(tmp_path: Path) -> Path:
 def test_export_refuses_to_overwrite_without_force(root: Path, tmp_path: Path) -> None:
     out = tmp_path / "x.jb"
     out.write_bytes(b"precious")
-    proc = run(root, "export", "a", "-o", str(out), check_code=2)
+    proc = run_cli(root, "export", "a", "-o", str(out), check_code=2)
     assert "--force" in proc.stderr and out.read_bytes() == b"precious"
-    run(root, "export", "a", "-o", str(out), "--force")
+    run_cli(root, "export", "a", "-o", str(out), "--force")
     assert out.read_bytes() != b"precious"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".x.jb")] == []
 
 
 def test_export_failure_leaves_nothing_at_the_output(root: Path, tmp_path: Path) -> None:
     out = tmp_path / "x.jb"
-    run(root, "export", "a", "nope", "-o", str(out), check_code=1)
+    run_cli(root, "export", "a", "nope", "-o", str(out), check_code=1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
 
 
 def test_delete_needs_yes_off_a_terminal(root: Path) -> None:
-    proc = run(root, "delete", "a", check_code=2)
+    proc = run_cli(root, "delete", "a", check_code=2)
     assert "--yes" in proc.stderr and "'a-fork'" in proc.stderr
     assert (root / "sessions" / dir_name("a")).exists()
-    doc = json.loads(run(root, "delete", "a", "--yes", "--json").stdout)
+    doc = json.loads(run_cli(root, "delete", "a", "--yes", "--json").stdout)
     assert sorted(doc["deleted"]) == ["a", "a-fork"]
     store = journal.open(root)
     try:
@@ -61,7 +61,7 @@ def test_delete_needs_yes_off_a_terminal(root: Path) -> None:
         assert store.load("b") is not None
     finally:
         store.close()
-    run(root, "delete", "a", "--yes", check_code=1)
+    run_cli(root, "delete", "a", "--yes", check_code=1)
 
 
 @pytest.mark.parametrize(("answer", "deleted"), [(b"n\n", False), (b"y\n", True)])
@@ -95,23 +95,16 @@ time.sleep(120)
 
 
 def test_repair_refuses_while_another_process_writes_the_session(root: Path) -> None:
-    writer = subprocess.Popen(
-        [sys.executable, "-c", LIVE, str(root)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+    with child_script(LIVE, str(root)) as writer:
         seg_dir = root / "sessions" / dir_name("a")
         before = {p.name for p in seg_dir.iterdir()}
-        proc = run(root, "repair", "a", check_code=1)
+        proc = run_cli(root, "repair", "a", check_code=1)
         assert "in use" in proc.stderr and f"pid={writer.pid}" in proc.stderr
         assert {p.name for p in seg_dir.iterdir()} == before  # no cache was removed
-        err = json.loads(run(root, "repair", "a", "--json", check_code=1).stderr)
+        err = json.loads(run_cli(root, "repair", "a", "--json", check_code=1).stderr)
         assert err["type"] == "SessionBusyError"
-        run(root, "repair", "b")  # another session is not in use
-    finally:
-        writer.kill()
-        writer.wait()
-    run(root, "repair", "a")  # the writer is gone
+        run_cli(root, "repair", "b")  # another session is not in use
+    run_cli(root, "repair", "a")  # the writer is gone
 
 
 def _many_small_checkpoints(root: Path, saves: int, segment_bytes: int) -> None:
@@ -136,23 +129,23 @@ def test_compact_reports_zeroed_and_freed_bytes_truly(tmp_path: Path) -> None:
         return sum(os.stat(p).st_blocks * 512 for p in sorted(log.iterdir())[:-1])
 
     before = sealed_du()
-    dry = json.loads(run(root, "compact", "big", "--dry-run", "--json").stdout)
-    real = json.loads(run(root, "compact", "big", "--json").stdout)
+    dry = json.loads(run_cli(root, "compact", "big", "--dry-run", "--json").stdout)
+    real = json.loads(run_cli(root, "compact", "big", "--json").stdout)
     after = sealed_du()
     assert real["compacted"] and real["bytes_zeroed"] > 100 << 10
     assert (real["bytes_before"], real["bytes_after"]) == (before, after)
     assert dry["bytes_after"] == dry["bytes_before"] - (before - after) or after == before
-    text = run(root, "compact", "big").stdout  # again: nothing left to drop
+    text = run_cli(root, "compact", "big").stdout  # again: nothing left to drop
     assert "nothing dropped" in text and "compacted already" in text
 
 
 def test_compact_dry_run_says_why_nothing(tmp_path: Path) -> None:
     root = tmp_path / "s"
     _many_small_checkpoints(root, 30, 64 << 20)  # one segment: nothing is sealed
-    text = run(root, "compact", "big", "--keep", "3", "--dry-run").stdout
+    text = run_cli(root, "compact", "big", "--keep", "3", "--dry-run").stdout
     assert "nothing would be dropped" in text
     assert "27 older checkpoint(s) are in the newest segment" in text
-    few = run(root, "compact", "big", "--keep", "50", "--dry-run").stdout
+    few = run_cli(root, "compact", "big", "--keep", "50", "--dry-run").stdout
     assert "has 30 checkpoint(s) and compact keeps the newest 50" in few
 
 
@@ -163,7 +156,7 @@ def test_demo_never_deletes_a_session_it_did_not_write(tmp_path: Path) -> None:
     cp.context = [{"role": "user", "content": "my own work"}]
     store.save(cp)
     store.close()
-    proc = run(tmp_path, "demo", str(root), check_code=2)
+    proc = run_cli(tmp_path, "demo", str(root), check_code=2)
     assert "did not write" in proc.stderr
     store = journal.open(root)
     try:
@@ -175,22 +168,22 @@ def test_demo_never_deletes_a_session_it_did_not_write(tmp_path: Path) -> None:
 
 def test_demo_reruns_over_its_own_sessions(tmp_path: Path) -> None:
     root = tmp_path / "d"
-    run(tmp_path, "demo", str(root))
-    run(tmp_path, "demo", str(root))
-    doc = json.loads(run(root, "ls", "--json").stdout)
+    run_cli(tmp_path, "demo", str(root))
+    run_cli(tmp_path, "demo", str(root))
+    doc = json.loads(run_cli(root, "ls", "--json").stdout)
     assert len(doc["sessions"]) == 3
 
 
 def test_sizes_have_one_name_each(tmp_path: Path) -> None:
     root = tmp_path / "d"
-    run(tmp_path, "demo", str(root))
-    ls = {s["session_id"]: s for s in json.loads(run(root, "ls", "--json").stdout)["sessions"]}
-    show = json.loads(run(root, "show", "demo-session", "--json").stdout)
-    stats = json.loads(run(root, "stats", "demo-session", "--json").stdout)
-    every = {r["session"]: r for r in json.loads(run(root, "stats", "--json").stdout)}
+    run_cli(tmp_path, "demo", str(root))
+    ls = {s["session_id"]: s for s in json.loads(run_cli(root, "ls", "--json").stdout)["sessions"]}
+    show = json.loads(run_cli(root, "show", "demo-session", "--json").stdout)
+    stats = json.loads(run_cli(root, "stats", "demo-session", "--json").stdout)
+    every = {r["session"]: r for r in json.loads(run_cli(root, "stats", "--json").stdout)}
     row = ls["demo-session"]
     for doc in (show, stats, every["demo-session"]):
         assert doc["log_bytes"] == row["log_bytes"], doc
         assert doc["file_bytes"] == row["file_bytes"] and doc["disk_bytes"] == row["disk_bytes"]
-    text = run(root, "show", "demo-session").stdout
+    text = run_cli(root, "show", "demo-session").stdout
     assert "log " in text and "files " in text and "on disk (du) " in text

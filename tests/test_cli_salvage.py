@@ -5,27 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from faults import checkpoint, warning
+from helpers import checkpoint, run_cli, warning
 
 import journal
 from journal.layout import dir_name
 
 SID = "hurt"
-
-
-def cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "journal.cli", "--root", str(root), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def damaged_store(root: Path) -> int:
@@ -55,42 +43,42 @@ def test_export_salvage_bundles_what_is_left_and_import_says_what_is_missing(
     root = tmp_path / "store"
     damaged_store(root)
     bundle = tmp_path / "b.jb"
-    refused = cli(root, "export", SID, "-o", str(bundle))
+    refused = run_cli(root, "export", SID, "-o", str(bundle), check_code=None)
     assert refused.returncode == 1 and not bundle.exists()
-    done = cli(root, "export", SID, "-o", str(bundle), "--salvage")
+    done = run_cli(root, "export", SID, "-o", str(bundle), "--salvage", check_code=None)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "was damaged" in done.stdout and "missing:" in done.stdout
     other = tmp_path / "other"
     journal.open(other).close()
-    imported = cli(other, "import", str(bundle), "--json")
+    imported = run_cli(other, "import", str(bundle), "--json", check_code=None)
     assert imported.returncode == 0, imported.stderr
     report = json.loads(imported.stdout)
     ((sid, note),) = report["salvaged"]
     assert sid == SID and note["skipped"] and note["events_copied"] > 0
-    assert cli(other, "verify").returncode == 0  # the salvaged copy is healthy
-    text = cli(other, "import", str(bundle), "--rename")
+    assert run_cli(other, "verify", check_code=None).returncode == 0  # the salvaged copy is healthy
+    text = run_cli(other, "import", str(bundle), "--rename", check_code=None)
     assert "missing:" in text.stdout
 
 
 def test_salvage_then_accept_loss_from_the_command_line(tmp_path: Path) -> None:
     root = tmp_path / "store"
     last = damaged_store(root)
-    proc = cli(root, "verify")
+    proc = run_cli(root, "verify", check_code=None)
     assert proc.returncode == 1 and "to address it: `journal salvage" in proc.stdout
-    proc = cli(root, "salvage", SID, "--to", "rescued")
+    proc = run_cli(root, "salvage", SID, "--to", "rescued", check_code=None)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "skipped" in proc.stdout and "copied" in proc.stdout
-    proc = cli(root, "repair", SID, "--accept-loss", "--json")
+    proc = run_cli(root, "repair", SID, "--accept-loss", "--json", check_code=None)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     loss = json.loads(proc.stdout)["loss"]
     assert loss["events_through"] == last
     for path in json.loads(proc.stdout)["kept"]:
         assert os.path.exists(root / "sessions" / dir_name(SID) / path)
-    proc = cli(root, "verify")
+    proc = run_cli(root, "verify", check_code=None)
     assert proc.returncode == 0, proc.stdout
     assert "loss accepted" in proc.stdout
-    assert "LOSS" in cli(root, "show", SID).stdout
-    assert "LOSS" in cli(root, "stats", SID).stdout
+    assert "LOSS" in run_cli(root, "show", SID, check_code=None).stdout
+    assert "LOSS" in run_cli(root, "stats", SID, check_code=None).stdout
     store = journal.open(root)
     try:
         assert store.append_event(SID, 1, warning("on").event).sequence == last + 1

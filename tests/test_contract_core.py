@@ -8,16 +8,17 @@ transcript_page and execution_page. Stores are opened in both durability modes.
 
 from __future__ import annotations
 
-import base64
 import copy
+import functools
 import json
 import os
-from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import helpers
 import msgspec
 import pytest
+from helpers import T0, event, incompressible, item, stamped
 
 import journal
 from journal import payloads
@@ -26,100 +27,33 @@ from journal.log import KIND_SESSION, Log
 from journal.record import CHECKPOINT, Record
 from journal.scan import ScanState
 from journal.types import (
-    CHECKPOINT_VERSION,
     Checkpoint,
     Event,
     EventPageRequest,
     ExecutionPageRequest,
     ExecutionRecord,
     JournalEvent,
-    QueuedMessage,
-    SessionContext,
     TimestampedEvent,
     TranscriptPageRequest,
 )
 
-DURABILITY = ["fsync", "os"]
+OWNER = "owner-1"
+ADA = {"type": "user", "name": "ada"}
 
 
 # --- helpers -----------------------------------------------------------------------------
 
-
-@pytest.fixture(params=DURABILITY)
-def durability(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    return tmp_path / "store"
-
-
-@pytest.fixture
-def store(root: Path, durability: str) -> Iterator[journal.Store]:
-    s = journal.open(root, durability=durability)
-    yield s
-    s.close()
-
-
-def checkpoint(
-    session_id: str,
-    sequence: int,
-    context: list[Any] | None = None,
-    *,
-    epoch: int = 0,
-    pending: Sequence[str] = (),
-    **fields: Any,
-) -> Checkpoint:
-    """A valid idle checkpoint; `pending` lists submission ids of queued messages."""
-    return Checkpoint(
-        version=CHECKPOINT_VERSION,
-        session_id=session_id,
-        session_context=SessionContext(owner_id="owner-1"),
-        sequence=sequence,
-        context=copy.deepcopy(context) if context is not None else [],
-        context_epoch=epoch,
-        pending_messages=[
-            QueuedMessage(
-                owner="owner-1",
-                id=sub,
-                boundary={"type": "queue"},
-                author={"type": "user"},
-                message={"text": f"message {sub}"},
-            )
-            for sub in pending
-        ],
-        **fields,
-    )
-
-
-def item(n: int, text: str = "") -> dict[str, Any]:
-    """A context/transcript item shaped like a mobius model input item."""
-    return {
-        "type": "message",
-        "role": "user" if n % 2 == 0 else "assistant",
-        "content": [{"type": "input_text", "text": text or f"item {n}"}],
-    }
-
-
-def event(kind: str, submission_id: str | None = None, **fields: Any) -> Event:
-    return Event(submission_id=submission_id, msg={"type": kind, **fields})
-
-
-def stamped(at: int, ev: Event) -> TimestampedEvent:
-    return TimestampedEvent(recorded_at_ms=at, event=ev)
+checkpoint = functools.partial(helpers.checkpoint, owner=OWNER)
 
 
 def execution(session_id: str, n: int, *, outcome: str = "completed") -> ExecutionRecord:
-    started = 1_700_000_000_000 + n * 10_000
-    return ExecutionRecord(
-        session_id=session_id,
-        submission_id=f"sub-{n}",
-        author={"type": "user", "name": "ada"},
-        turn_id=f"turn-{n}",
-        started_at_ms=started,
-        finished_at_ms=started + 1234,
-        elapsed_ms=1234,
+    """A finished turn of ada's: two model calls, one tool call."""
+    return helpers.execution(
+        session_id,
+        n,
+        started=T0 + n * 10_000,
+        elapsed=1234,
+        author=ADA,
         outcome=outcome,
         model_calls=2,
         tool_calls=1,
@@ -901,10 +835,6 @@ def tool_output_commit(
     return got, sum(rec.size for rec in last_commit)
 
 
-def incompressible(n: int) -> str:
-    return base64.b64encode(os.urandom(n)).decode("ascii")
-
-
 def test_large_tool_output_stored_once(store: journal.Store) -> None:
     """A >4 KiB text tool output equal to a function_call_output of the same save.
 
@@ -1361,7 +1291,7 @@ def test_reopen_returns_same_everything(root: Path, durability: str) -> None:
     assert before["a"]["load"]["sequence"] == 2
     assert [e["sequence"] for e in before["a"]["events_after"]] == [1, 3, 5, 7, 8]
     store.close()
-    for mode in DURABILITY:
+    for mode in ("fsync", "os"):
         reopened = journal.open(root, durability=mode)
         assert everything(reopened, ["a", "b", "missing"], STATE_KEYS) == before
         reopened.close()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import copy
+import functools
 import glob
 import os
 import time
@@ -24,8 +24,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import helpers
 import msgspec
 import pytest
+from helpers import T0, fold, item, warning_event
 
 import journal
 import journal.log
@@ -41,14 +43,11 @@ from journal.log import KIND_SESSION, Log
 from journal.record import CHECKPOINT
 from journal.scan import ScanState
 from journal.types import (
-    CHECKPOINT_VERSION,
     Checkpoint,
-    Event,
     EventPageRequest,
     ExecutionPageRequest,
     ExecutionRecord,
     ExecutionStats,
-    QueuedMessage,
     SessionContext,
     SessionCursor,
     SessionPageRequest,
@@ -140,83 +139,22 @@ def ctx(owner: str = OWNER, **labels: str) -> SessionContext:
     return SessionContext(owner_id=owner, **labels)
 
 
-def checkpoint(
-    session_id: str,
-    sequence: int,
-    context: list[Any] | None = None,
-    *,
-    owner: str = OWNER,
-    pending: tuple[str, ...] = (),
-    **fields: Any,
-) -> Checkpoint:
-    """A valid idle checkpoint; `pending` lists submission ids of queued messages."""
-    fields.setdefault("session_context", ctx(owner))
-    return Checkpoint(
-        version=CHECKPOINT_VERSION,
-        session_id=session_id,
-        sequence=sequence,
-        context=copy.deepcopy(context) if context is not None else [],
-        pending_messages=[
-            QueuedMessage(
-                owner=OWNER,
-                id=sub,
-                boundary={"type": "queue"},
-                author={"type": "user"},
-                message={"text": f"message {sub}"},
-            )
-            for sub in pending
-        ],
-        **fields,
-    )
-
-
-def item(n: int, text: str = "") -> dict[str, Any]:
-    return {
-        "type": "message",
-        "role": "user" if n % 2 == 0 else "assistant",
-        "content": [{"type": "input_text", "text": text or f"item {n}"}],
-    }
+checkpoint = functools.partial(helpers.checkpoint, owner=OWNER)
 
 
 def execution(session_id: str, n: int, *, started: int | None = None) -> ExecutionRecord:
-    start = 1_700_000_000_000 + n * 10_000 if started is None else started
-    return ExecutionRecord(
-        session_id=session_id,
-        submission_id=f"sub-{n}",
+    """A finished turn of ada's: two model calls, one tool call, 15 tokens."""
+    return helpers.execution(
+        session_id,
+        n,
+        started=T0 + n * 10_000 if started is None else started,
+        elapsed=1000,
         author={"type": "user", "name": "ada"},
-        turn_id=f"turn-{n}",
-        started_at_ms=start,
-        finished_at_ms=start + 1000,
-        elapsed_ms=1000,
-        outcome="completed",
         model_calls=2,
         tool_calls=1,
         failed_tool_calls=0,
         usage=TokenUsage(input_tokens=10, output_tokens=5, total_tokens=15),
     )
-
-
-def fold(stats: ExecutionStats, rec: ExecutionRecord) -> ExecutionStats:
-    """What the runtime does: add one finished turn into the checkpoint's stats."""
-    usage = TokenUsage(
-        input_tokens=stats.usage.input_tokens + rec.usage.input_tokens,
-        output_tokens=stats.usage.output_tokens + rec.usage.output_tokens,
-        total_tokens=stats.usage.total_tokens + rec.usage.total_tokens,
-    )
-    return ExecutionStats(
-        run_count=stats.run_count + 1,
-        failed_run_count=stats.failed_run_count + (rec.outcome == "failed"),
-        aborted_run_count=stats.aborted_run_count + (rec.outcome == "aborted"),
-        model_calls=stats.model_calls + rec.model_calls,
-        tool_calls=stats.tool_calls + rec.tool_calls,
-        failed_tool_calls=stats.failed_tool_calls + rec.failed_tool_calls,
-        elapsed_ms=stats.elapsed_ms + rec.elapsed_ms,
-        usage=usage,
-    )
-
-
-def warning(text: str) -> Event:
-    return Event(msg={"type": "warning", "message": text})
 
 
 def listing(store: Adapter, owner: str | None = None, limit: int = 1000) -> list[str]:
@@ -655,7 +593,7 @@ def _parent_with_history(store: Adapter) -> None:
         checkpoint("p", 0, [item(0)], pending=("m1",), first_user_message="first"),
         [item(0)],
         None,
-        [TimestampedEvent(recorded_at_ms=1, event=warning("w1"))],
+        [TimestampedEvent(recorded_at_ms=1, event=warning_event("w1"))],
     )
     store.save(checkpoint("p", 1, [item(0), item(1)], model_route="fast"), [item(1)])
     rec = execution("p", 2)
@@ -666,7 +604,7 @@ def _parent_with_history(store: Adapter) -> None:
         [item(2)],
         rec,
     )
-    store.append_event("p", 2, warning("w2"))
+    store.append_event("p", 2, warning_event("w2"))
 
 
 def test_fork_keeps_historical_parent_sequence(store: Adapter) -> None:
@@ -800,7 +738,7 @@ def test_fork_child_starts_clean_with_context_as_batch_zero(store: Adapter) -> N
     assert store.message_accepted("p", "m1") is True
     assert [e.session_id for e in store.recent_executions(10)] == ["p"]
     # The child's own event counter starts at 1 and continues normally.
-    assert store.append_event("c", 5, warning("child")).sequence == 1
+    assert store.append_event("c", 5, warning_event("child")).sequence == 1
     store.save(checkpoint("c", 1, [*context, item(9)]), [item(9)])
     assert [
         b.sequence
@@ -891,7 +829,7 @@ def test_fork_does_not_read_parent_history(store: Adapter, monkeypatch: pytest.M
     """
     for seq in range(30):
         store.save(checkpoint("p", seq, [item(n) for n in range(seq + 1)]), [item(seq)])
-        store.append_event("p", seq, warning(f"w{seq}"))
+        store.append_event("p", seq, warning_event(f"w{seq}"))
     assert store.load("p") is not None
     parent_label = store.raw.open_sessions.get("p").log.label  # type: ignore[union-attr]
     reads: list[str] = []
@@ -976,7 +914,7 @@ def test_delete_removes_whole_trees_and_their_state(store: Adapter) -> None:
         with pytest.raises(NotFoundError):
             store.event_page(sid, EventPageRequest(limit=5))
         with pytest.raises(NotFoundError):
-            store.append_event(sid, 1, warning("late"))
+            store.append_event(sid, 1, warning_event("late"))
     # Global state and the state of a session outside the trees are kept.
     assert store.load_state("global", "tasks.v1") == {"scope": "global"}
     assert store.load_state("gateway", "other") == [1, 2]

@@ -25,25 +25,24 @@ import time
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
+from helpers import (
+    T0,
+    labelled_checkpoint,
+    labelled_execution,
+    session_identities,
+    stamped,
+    warning_event,
+)
 
 import journal
-from journal.layout import IDENTITY_FILE
-from journal.metafile import KIND_IDENTITY, read_meta
 from journal.segment import SEAL_RECORD
-from journal.sessiondir import SessionIdentity
 from journal.types import (
-    CHECKPOINT_VERSION,
     Checkpoint,
-    Event,
     EventPageRequest,
     ExecutionPageRequest,
-    ExecutionRecord,
-    SessionContext,
     SessionPageRequest,
     SessionSummary,
-    TimestampedEvent,
     TranscriptPageRequest,
 )
 
@@ -59,39 +58,8 @@ COPIES = 6
 SEGMENT_BYTES = 4096
 
 
-def checkpoint(sid: str, seq: int, context: list[Any], *, runs: int = 0) -> Checkpoint:
-    cp = Checkpoint(
-        version=CHECKPOINT_VERSION,
-        session_id=sid,
-        session_context=SessionContext(owner_id="owner", workspace_label=f"seq-{seq}"),
-        sequence=seq,
-        context=context,
-        metadata={"sequence": seq},
-    )
-    cp.execution_stats.run_count = runs
-    return cp
-
-
 def item(sid: str, seq: int, k: int = 0) -> dict[str, Any]:
     return {"t": sid, "seq": seq, "k": k, "text": "x" * (k * 40)}
-
-
-def execution(sid: str, seq: int) -> ExecutionRecord:
-    start = 1_700_000_000_000 + seq
-    return ExecutionRecord(
-        session_id=sid,
-        submission_id=f"sub-{seq}",
-        author={"type": "user"},
-        turn_id=f"{sid}#{seq}",
-        started_at_ms=start,
-        finished_at_ms=start + 5,
-        elapsed_ms=5,
-        outcome="completed",
-    )
-
-
-def warning(text: str) -> Event:
-    return Event(msg={"type": "warning", "message": text})
 
 
 def writer(root: Path, seed: int) -> None:
@@ -106,7 +74,7 @@ def writer(root: Path, seed: int) -> None:
         for n in range(4):
             sid = f"root/{n}"
             state[sid] = (0, [item(sid, 0)], 0)
-            store.save(checkpoint(sid, 0, state[sid][1]), [item(sid, 0)])
+            store.save(labelled_checkpoint(sid, 0, state[sid][1]), [item(sid, 0)])
         forks = 0
         while True:
             r = rng.random()
@@ -116,23 +84,28 @@ def writer(root: Path, seed: int) -> None:
                 seq += 1
                 delta = [item(sid, seq, k) for k in range(rng.randint(1, 3))]
                 context = [*context, *delta]
-                rec = execution(sid, seq) if rng.random() < 0.4 else None
+                rec = (
+                    labelled_execution(sid, seq, started=T0 + seq, elapsed=5)
+                    if rng.random() < 0.4
+                    else None
+                )
                 runs += rec is not None
                 events = [
-                    TimestampedEvent(recorded_at_ms=seq, event=warning(f"{sid}@{seq}"))
-                    for _ in range(rng.randint(0, 3))
+                    stamped(seq, warning_event(f"{sid}@{seq}")) for _ in range(rng.randint(0, 3))
                 ]
-                store.save_with_events(checkpoint(sid, seq, context, runs=runs), delta, rec, events)
+                store.save_with_events(
+                    labelled_checkpoint(sid, seq, context, runs=runs), delta, rec, events
+                )
                 state[sid] = (seq, context, runs)
             elif r < 0.9:
-                store.append_event(sid, seq, warning(f"{sid}+"))
+                store.append_event(sid, seq, warning_event(f"{sid}+"))
             elif forks < 12:
                 child = f"{sid}/f{forks}"
                 forks += 1
                 pseq = rng.randint(0, seq)
                 source = store.checkpoint_at(sid, pseq)
                 assert source is not None
-                store.fork(sid, pseq, checkpoint(child, 0, source.context))
+                store.fork(sid, pseq, labelled_checkpoint(child, 0, source.context))
                 state[child] = (0, source.context, 0)
     except BaseException:
         import traceback
@@ -164,15 +137,6 @@ def copy_tree(src: Path, dst: Path) -> None:
             source = src / log.relative_to(dst) / name
             assert source.exists(), f"{name} is missing in the source too: a real loss"
             shutil.copy2(source, log / name)
-
-
-def session_ids(root: Path) -> list[str]:
-    out = []
-    for name in os.listdir(root / "sessions"):
-        path = root / "sessions" / name / IDENTITY_FILE
-        ident = msgspec.msgpack.decode(read_meta(str(path), KIND_IDENTITY), type=SessionIdentity)
-        out.append(ident.session_id)
-    return sorted(out)
 
 
 def check_session(store: journal.Store, sid: str) -> tuple[int, int]:
@@ -246,7 +210,7 @@ def check_session(store: journal.Store, sid: str) -> tuple[int, int]:
 
 
 def check_store(store: journal.Store, root: Path) -> dict[str, tuple[int, int]]:
-    ids = session_ids(root)
+    ids = sorted(session_identities(root))
     seen = {sid: check_session(store, sid) for sid in ids}
     page = store.list_sessions_page(SessionPageRequest(limit=1_000_000))
     listed: dict[str, SessionSummary] = {s.session_id: s for s in page.sessions}
@@ -306,9 +270,9 @@ def test_copy_of_live_store_is_valid(tmp_path: Path) -> None:
             assert cp is not None
             # a jump no live writer reaches, so the original cannot have it by chance
             jump = cp.sequence + 10**12
-            nxt = checkpoint(sid, jump, [*cp.context, item(sid, jump)])
+            nxt = labelled_checkpoint(sid, jump, [*cp.context, item(sid, jump)])
             copy.save(nxt, [item(sid, jump)])
-            got = copy.append_event(sid, 1, warning("copy"))
+            got = copy.append_event(sid, 1, warning_event("copy"))
             assert got.sequence == seen[sid][1] + 1
             assert copy.fork_at(sid, jump, "copy-child").parent_session_id == sid
             assert copy.delete_sessions(["copy-child"]) is True

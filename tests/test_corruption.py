@@ -26,17 +26,8 @@ from typing import Any
 import msgspec
 import pytest
 import zstandard
-from faults import (
-    all_events,
-    all_executions,
-    checkpoint,
-    execution,
-    flip_byte,
-    observe,
-    truncate_file,
-    warning,
-    zero_range,
-)
+from faults import flip_byte, truncate_file, zero_range
+from helpers import all_events, all_executions, checkpoint, execution, observe, warning
 
 import journal
 from journal import CorruptionError, EventPageRequest

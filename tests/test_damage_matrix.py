@@ -18,14 +18,13 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-from faults import checkpoint, flip_byte, truncate_file, warning, zero_range
+from faults import flip_byte, truncate_file, zero_range
+from helpers import checkpoint, run_cli, warning
 
 import journal
 from journal import JournalError
@@ -102,9 +101,7 @@ def _target(root: str, which: str) -> str:
         assert len(segs) == 1
         return segs[0]
     assert len(segs) >= 4, "a session of many segments"
-    return {"first segment": segs[0], "middle segment": segs[len(segs) // 2]}.get(
-        which, segs[-1]
-    )
+    return {"first segment": segs[0], "middle segment": segs[len(segs) // 2]}.get(which, segs[-1])
 
 
 def _damage(path: str, how: str) -> None:
@@ -134,16 +131,6 @@ CASES = [
 ]
 
 
-def _cli(root: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "journal.cli", "--root", root, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 @pytest.mark.parametrize(("shape", "which", "how"), CASES, ids=[" / ".join(c) for c in CASES])
 def test_damage_keeps_the_four_promises(
     pristine: dict[str, tuple[str, int, list[Any]]],
@@ -165,17 +152,17 @@ def test_damage_keeps_the_four_promises(
     _damage(_target(root, which), how)
 
     # 1. detected: never "ok"
-    proc = _cli(root, "verify")
+    proc = run_cli(root, "verify", check_code=None)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert not proc.stdout.startswith("ok")
 
     # 4. tools that read the whole session say so
     for args in (["show", SID], ["replay", SID], ["stats", SID]):
-        proc = _cli(root, *args)
+        proc = run_cli(root, *args, check_code=None)
         assert proc.returncode != 0, (args, proc.stdout, proc.stderr)
         assert "Traceback" not in proc.stderr
     bundle = os.path.join(str(tmp_path), "x.jb")
-    proc = _cli(root, "export", SID, "-o", bundle)
+    proc = run_cli(root, "export", SID, "-o", bundle, check_code=None)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert not os.path.exists(bundle), "a failed export leaves nothing at the output path"
 

@@ -19,7 +19,8 @@ from typing import Any
 
 import msgspec
 import pytest
-from faults import checkpoint, flip_byte
+from faults import flip_byte
+from helpers import checkpoint
 
 import journal
 from journal import Event, EventPageRequest
@@ -621,7 +622,7 @@ from test_dictionary import chat_event
 store = journal.open(sys.argv[1])
 sid, ack = sys.argv[2], os.open(sys.argv[4], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 from journal import EventPageRequest
-from faults import checkpoint
+from helpers import checkpoint
 if store.load(sid) is None:
     store.save(checkpoint(sid, 0, []))
 n = store.event_page(sid, EventPageRequest(limit=1)).latest_sequence
@@ -683,9 +684,7 @@ def test_compact_export_import_and_repair_keep_it_readable(tmp_path: Path) -> No
     context: list[Any] = []
     for seq in range(120):
         context = [*context, {"role": "assistant", "content": text(rng)}]
-        store.save_with_events(
-            checkpoint("s", seq, context), [{"t": text(rng, 10)}], None, []
-        )
+        store.save_with_events(checkpoint("s", seq, context), [{"t": text(rng, 10)}], None, [])
         if seq == 20:
             store.spares.wait()  # the dictionary, early on
     sdir = store.session_dir("s")

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faults import checkpoint, execution, recording, warning
+from faults import recording
+from helpers import checkpoint, execution, listed_sequences, warning
 
 import journal
 from journal import fsio
@@ -50,11 +51,6 @@ def _full_for(monkeypatch: pytest.MonkeyPatch, *parts: str) -> _FullFor:
     return ops
 
 
-def _listed(store: journal.Store) -> dict[str, int]:
-    page = store.list_sessions_page(journal.SessionPageRequest(limit=100))
-    return {s.session_id: s.sequence for s in page.sessions}
-
-
 # --------------------------------------------------------- 1. committed, reported as failed
 def test_save_whose_catalog_cannot_be_written_returns(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -85,12 +81,12 @@ def test_save_whose_catalog_cannot_be_written_returns(
         with pytest.raises(journal.ContractViolationError):
             store.save(checkpoint("s", 2, [{"n": 0}]))
         monkeypatch.setattr(fsio, "ops", fsio.FileOps())
-        assert _listed(store) == {"s": 2, "kid": 0, "new": 0}
+        assert listed_sequences(store) == {"s": 2, "kid": 0, "new": 0}
     finally:
         monkeypatch.setattr(fsio, "ops", fsio.FileOps())
         store.close()
     with journal.open(root) as again:
-        assert _listed(again) == {"s": 2, "kid": 0, "new": 0}
+        assert listed_sequences(again) == {"s": 2, "kid": 0, "new": 0}
 
 
 def test_save_whose_catalog_snapshot_cannot_be_written_returns(
@@ -108,10 +104,10 @@ def test_save_whose_catalog_snapshot_cannot_be_written_returns(
         assert ops.refused >= 3
         loaded = store.load("s")
         assert loaded is not None and loaded.sequence == 3
-        assert _listed(store) == {"s": 3}
+        assert listed_sequences(store) == {"s": 3}
         monkeypatch.setattr(fsio, "ops", fsio.FileOps())
     with journal.open(root) as again:
-        assert _listed(again) == {"s": 3}
+        assert listed_sequences(again) == {"s": 3}
 
 
 def test_save_whose_session_snapshot_cannot_be_written_returns(
@@ -237,9 +233,7 @@ def test_structs_in_loose_json_fields_are_refused(tmp_path: Path, field: str) ->
             cp.active_execution = _active()
             cp.pending_approval = struct
         else:
-            cp.pending_messages = [
-                journal.QueuedMessage(owner="o", id="m1", message={"u": struct})
-            ]
+            cp.pending_messages = [journal.QueuedMessage(owner="o", id="m1", message={"u": struct})]
         with pytest.raises(journal.InvalidInputError, match="not a JSON value"):
             store.save(cp)
         loaded = store.load("s")

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from faults import checkpoint, recording
+from faults import recording
+from helpers import checkpoint
 
 import journal
 

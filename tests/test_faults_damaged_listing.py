@@ -19,7 +19,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from faults import checkpoint, execution, flip_byte, truncate_file
+from faults import flip_byte, truncate_file
+from helpers import checkpoint, execution
 
 import journal
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from faults import checkpoint
+from helpers import checkpoint, listed_ids
 
 import journal
 from journal import fsio
@@ -52,15 +52,10 @@ def _tree(store: journal.Store) -> None:
     store.save(checkpoint("other", 0, []))
 
 
-def _listed(store: journal.Store) -> set[str]:
-    page = store.list_sessions_page(journal.SessionPageRequest(limit=100))
-    return {s.session_id for s in page.sessions}
-
-
 def _gone(store: journal.Store) -> None:
     assert store.load("p") is None and store.load("kid") is None
     assert store.load_state("p", "k") is None
-    assert _listed(store) == {"other"}
+    assert listed_ids(store) == {"other"}
     assert store.delete_sessions(["p"]) is False  # absent: nothing more to delete
 
 
@@ -107,7 +102,7 @@ def test_a_delete_that_fails_after_its_commit_point_reports_success(
         )
         assert os.listdir(root / "sessions") == []
     with journal.open(root) as again:
-        assert again.load("p") is None and _listed(again) == set()
+        assert again.load("p") is None and listed_ids(again) == set()
 
 
 def test_a_delete_whose_intent_cannot_be_made_durable_deletes_nothing(
@@ -128,7 +123,7 @@ def test_a_delete_whose_intent_cannot_be_made_durable_deletes_nothing(
         monkeypatch.setattr(fsio, "ops", fsio.FileOps())
         assert store.load("p") is not None and store.load("kid") is not None
         assert store.load_state("p", "k") == 1
-        assert _listed(store) == {"p", "kid", "other"}
+        assert listed_ids(store) == {"p", "kid", "other"}
         assert not [n for n in os.listdir(root / "txn") if not n.endswith(".lock")]
         assert store.delete_sessions(["p"]) is True
         _gone(store)

@@ -11,7 +11,7 @@ import errno
 from pathlib import Path
 from typing import Any
 
-from faults import checkpoint, warning
+from helpers import checkpoint, warning
 
 import journal
 from journal import fsio

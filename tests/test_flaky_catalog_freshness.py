@@ -19,16 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faults import checkpoint
+from helpers import checkpoint, listed_ids
 
 import journal
 from journal import fsio
-
-
-def _listed(store: journal.Store) -> set[str]:
-    page = store.list_sessions_page(journal.SessionPageRequest(limit=1000))
-    assert page.next_cursor is None
-    return {s.session_id for s in page.sessions}
 
 
 def test_listing_hides_a_session_once_its_delete_intent_is_written(tmp_path: Path) -> None:
@@ -38,7 +32,7 @@ def test_listing_hides_a_session_once_its_delete_intent_is_written(tmp_path: Pat
     try:
         writer.save(checkpoint("a", 0, []))
         writer.save(checkpoint("b", 0, []))
-        assert _listed(reader) == {"a", "b"}
+        assert listed_ids(reader) == {"a", "b"}
         intent_written = threading.Event()
         go_on = threading.Event()
         real_carry_out = writer.tree.carry_out
@@ -57,14 +51,14 @@ def test_listing_hides_a_session_once_its_delete_intent_is_written(tmp_path: Pat
             # The catalog has no delete record yet, and the directory is still in
             # place: the intent alone hides the session.
             assert os.path.isdir(writer.session_dir("a"))
-            assert _listed(reader) == {"b"}
+            assert listed_ids(reader) == {"b"}
             assert "a" in reader.catalog.summaries
             assert reader.load("a") is None
         finally:
             go_on.set()
             deleting.join(30)
         assert result == [True]
-        assert _listed(reader) == {"b"}
+        assert listed_ids(reader) == {"b"}
         assert "a" not in reader.catalog.summaries
     finally:
         writer.close()
@@ -113,14 +107,14 @@ def test_reader_never_passes_a_half_written_catalog_record(
     reader = journal.open(root)
     try:
         writer.save(checkpoint("a", 0, []))
-        assert _listed(reader) == {"a"}
+        assert listed_ids(reader) == {"a"}
         ops = _SplitCatalogWrites(cut, head_first)
         monkeypatch.setattr(fsio, "ops", ops)
         seen: list[set[str]] = []
 
         def look() -> None:
-            seen.append(_listed(reader))
-            seen.append(_listed(reader))  # twice: a second refresh starts where one stopped
+            seen.append(listed_ids(reader))
+            seen.append(listed_ids(reader))  # twice: a second refresh starts where one stopped
 
         ops.between = look
         writer.save(checkpoint("b", 0, []))  # its commit, then its catalog record, split
@@ -132,7 +126,7 @@ def test_reader_never_passes_a_half_written_catalog_record(
             # Only if the bytes not yet written are zeros (what the preallocated
             # space holds already) is the record complete on disk.
             assert listing == ({"a", "b"} if not unwritten.strip(b"\0") else {"a"})
-        assert _listed(reader) == {"a", "b"}, "the reader passed over the record it saw torn"
+        assert listed_ids(reader) == {"a", "b"}, "the reader passed over the record it saw torn"
         summary = reader.session_summary("b")
         assert summary is not None and summary.sequence == 0
     finally:

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faults import checkpoint, execution, observe, recording, warning
+from faults import recording
+from helpers import checkpoint, execution, observe, warning
 
 import journal
 

@@ -8,7 +8,6 @@ shape map to directories under `ROOT/sessions/` with portable names.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import math
 import os
@@ -18,8 +17,10 @@ from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
+import helpers
 import msgspec
 import pytest
+from helpers import active_execution, event, incompressible, stamped
 
 import journal
 from journal.errors import ContractViolationError, InvalidInputError, JournalError, NotFoundError
@@ -31,26 +32,12 @@ from journal.types import (
     ExecutionPageRequest,
     ExecutionRecord,
     QueuedMessage,
-    SessionContext,
-    TimestampedEvent,
     TranscriptPageRequest,
 )
 
 replace = msgspec.structs.replace
 
 # --- helpers -----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    return tmp_path / "store"
-
-
-@pytest.fixture(params=["fsync", "os"])
-def store(root: Path, request: pytest.FixtureRequest) -> Iterator[journal.Store]:
-    s = journal.open(root, durability=request.param)
-    yield s
-    s.close()
 
 
 @pytest.fixture
@@ -69,53 +56,15 @@ def checkpoint(
     session_id: Any, sequence: Any = 0, context: list[Any] | None = None, **fields: Any
 ) -> Checkpoint:
     """A valid idle checkpoint; the context defaults to BASE."""
-    return Checkpoint(
-        version=CHECKPOINT_VERSION,
-        session_id=session_id,
-        session_context=SessionContext(owner_id="owner-1"),
-        sequence=sequence,
-        context=list(context if context is not None else BASE),
-        **fields,
+    return helpers.checkpoint(
+        session_id, sequence, BASE if context is None else context, owner="owner-1", **fields
     )
-
-
-def event(kind: str = "warning", submission_id: str | None = None, **fields: Any) -> Event:
-    return Event(submission_id=submission_id, msg={"type": kind, **fields})
-
-
-def stamped(at: Any, ev: Event) -> TimestampedEvent:
-    return TimestampedEvent(recorded_at_ms=at, event=ev)
 
 
 def execution(session_id: str = "s", **changes: Any) -> ExecutionRecord:
-    rec = ExecutionRecord(
-        session_id=session_id,
-        submission_id="sub-1",
-        author={"type": "user"},
-        turn_id="turn-1",
-        started_at_ms=1_000,
-        finished_at_ms=2_000,
-        elapsed_ms=1_000,
-        outcome="completed",
-    )
-    return replace(rec, **changes)
-
-
-def active_execution(**changes: Any) -> dict[str, Any]:
-    return {
-        "submission_id": "sub-1",
-        "author": {"type": "user"},
-        "turn_id": "turn-1",
-        "started_at_ms": 1_000,
-        "model_calls": 0,
-        "tool_calls": 0,
-        "failed_tool_calls": 0,
-        "usage": {},
-        "next_model_step": 0,
-        "stop_hook_active": False,
-        "phase": {"type": "model"},
-        **changes,
-    }
+    """Turn 1 of `session_id`, from 1,000 ms to 2,000 ms, with `changes`."""
+    fields = {"author": {"type": "user"}, **changes}
+    return helpers.execution(session_id, 1, started=1_000, elapsed=1_000, **fields)
 
 
 RUNTIME_DIRS = ("procs",)
@@ -641,10 +590,6 @@ def test_non_json_values_rejected_in_both_durability_modes(
 # --- oversized records -------------------------------------------------------------------
 
 LIMIT = 4096
-
-
-def incompressible(n: int) -> str:
-    return base64.b64encode(os.urandom(n)).decode("ascii")
 
 
 OVERSIZED: dict[str, Callable[[journal.Store], Any]] = {

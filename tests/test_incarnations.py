@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from test_contract_tree import execution, fold
+from helpers import execution, fold
 
 import journal
 from journal import Checkpoint, ExecutionStats, SessionPageRequest

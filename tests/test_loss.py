@@ -16,7 +16,8 @@ from typing import Any
 
 import msgspec
 import pytest
-from faults import all_events, checkpoint, truncate_file, warning
+from faults import truncate_file
+from helpers import all_events, checkpoint, warning
 
 import journal
 from journal import CorruptionError, EventPageRequest
@@ -485,7 +486,7 @@ def test_accept_loss_killed_at_every_step_is_finished_by_the_next_run(
 
 
 def test_salvage_copies_transcripts_and_executions(tmp_path: Path) -> None:
-    from faults import all_batches, all_executions, execution
+    from helpers import all_batches, all_executions, execution
 
     from journal.salvage import salvage_session
 

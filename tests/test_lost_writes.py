@@ -21,15 +21,8 @@ from typing import Any
 import msgspec
 import pytest
 import zstandard
-from faults import (
-    PowerLossOps,
-    checkpoint,
-    commit_dictionary,
-    execution,
-    observe,
-    recording,
-    warning,
-)
+from faults import PowerLossOps, commit_dictionary, recording
+from helpers import checkpoint, execution, observe, warning
 
 import journal
 
@@ -62,7 +55,7 @@ def workload() -> list[tuple[str, Any]]:
         if big:  # spans pages; compressible so zstd framing is exercised too
             item["blob"] = "".join(rnd.choice("abcd") for _ in range(3000))
         ctx[sid] = [*ctx[sid], item]
-        cp = checkpoint(sid, seq, list(ctx[sid]), epoch[sid])
+        cp = checkpoint(sid, seq, list(ctx[sid]), epoch=epoch[sid])
         delta = [{"t": f"{sid}/{seq}/{k}"} for k in range(seq % 3)]
         exe = execution(sid, seq) if seq % 2 == 1 else None
         evs = [warning(f"{sid} save {seq} event {k}") for k in range(events)]
@@ -208,7 +201,7 @@ def continue_writing(path: str, seen: dict[str, Any]) -> None:
         nxt = 0 if alpha is None else alpha["checkpoint"]["sequence"] + 1
         old_ctx = [] if alpha is None else alpha["checkpoint"]["context"]
         epoch = 0 if alpha is None else alpha["checkpoint"]["context_epoch"]
-        cp = checkpoint("alpha", nxt, [*old_ctx, {"after": "crash"}], epoch)
+        cp = checkpoint("alpha", nxt, [*old_ctx, {"after": "crash"}], epoch=epoch)
         store.save_with_events(cp, [{"t": "after"}], None, [warning("after crash")])
         store.append_event("alpha", 1, warning("after crash 2").event)
         store.save_state("alpha", "cursor", {"after": True})

@@ -27,36 +27,36 @@ store that stayed open through the kill.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
-import select
 import shutil
 import signal
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
+from helpers import (
+    T0,
+    Report,
+    ReportPipe,
+    fork_writer,
+    kill_writer,
+    labelled_checkpoint,
+    labelled_execution,
+    listed,
+    session_identities,
+    writer_store,
+)
 
 import journal
 import journal.catalog
 import journal.locks
-from journal.layout import IDENTITY_FILE
-from journal.metafile import KIND_IDENTITY, read_meta
-from journal.sessiondir import SessionIdentity
 from journal.types import (
-    CHECKPOINT_VERSION,
-    Checkpoint,
     ExecutionPageRequest,
-    ExecutionRecord,
-    ExecutionStats,
-    SessionContext,
     SessionCursor,
     SessionPageRequest,
     SessionSummary,
@@ -77,34 +77,8 @@ LINE_TIMEOUT = 60.0
 # --- what writers store ------------------------------------------------------------------
 
 
-def checkpoint(sid: str, seq: int, owner: str, context: list[Any], run_count: int) -> Checkpoint:
-    return Checkpoint(
-        version=CHECKPOINT_VERSION,
-        session_id=sid,
-        session_context=SessionContext(owner_id=owner, workspace_label=f"seq-{seq}"),
-        sequence=seq,
-        context=context,
-        execution_stats=ExecutionStats(run_count=run_count),
-        metadata={"sequence": seq},
-    )
-
-
 def transcript(sid: str, seq: int) -> list[Any]:
     return [{"t": sid, "seq": seq, "k": k} for k in range(2)]
-
-
-def execution(sid: str, seq: int) -> ExecutionRecord:
-    start = 1_700_000_000_000 + seq * 1000
-    return ExecutionRecord(
-        session_id=sid,
-        submission_id=f"sub-{seq}",
-        author={"type": "user"},
-        turn_id=f"{sid}#{seq}",
-        started_at_ms=start,
-        finished_at_ms=start + 10,
-        elapsed_ms=10,
-        outcome="completed",
-    )
 
 
 @dataclass
@@ -129,17 +103,25 @@ def writer_body(
             sid = f"{tag}/{n}"
             n += 1
             m = Mine(rng.choice(OWNERS), 0, 0, [{"ctx": sid}])
-            store.save(checkpoint(sid, 0, m.owner, m.context, 0), transcript(sid, 0))
+            store.save(labelled_checkpoint(sid, 0, m.context, owner=m.owner), transcript(sid, 0))
             mine[sid] = m
             report(f"A {json.dumps([sid, 0])}")
         elif r < 0.75:
             sid = rng.choice(sorted(mine))
             m = mine[sid]
             seq = m.seq + rng.randint(1, 2)
-            rec = execution(sid, seq) if rng.random() < 0.5 else None
+            rec = (
+                labelled_execution(sid, seq, started=T0 + seq * 1000, elapsed=10)
+                if rng.random() < 0.5
+                else None
+            )
             runs = m.runs + (rec is not None)
             context = [*m.context, {"ctx": sid, "seq": seq}]
-            store.save(checkpoint(sid, seq, m.owner, context, runs), transcript(sid, seq), rec)
+            store.save(
+                labelled_checkpoint(sid, seq, context, owner=m.owner, runs=runs),
+                transcript(sid, seq),
+                rec,
+            )
             m.seq, m.runs, m.context = seq, runs, context
             report(f"A {json.dumps([sid, seq])}")
         elif r < 0.88:
@@ -152,7 +134,7 @@ def writer_body(
             sid = f"{tag}/{n}"
             n += 1
             m = Mine(rng.choice(OWNERS), 0, 0, source.context, parent)
-            store.fork(parent, pseq, checkpoint(sid, 0, m.owner, m.context, 0))
+            store.fork(parent, pseq, labelled_checkpoint(sid, 0, m.context, owner=m.owner))
             mine[sid] = m
             report(f"A {json.dumps([sid, 0])}")
         else:
@@ -175,63 +157,13 @@ def writer_body(
 # --- processes -----------------------------------------------------------------------------
 
 
-class Pipe:
-    def __init__(self, fd: int):
-        self.fd = fd
-        self.buf = b""
-        self.lines: list[tuple[str, Any]] = []
-        self.eof = False
-
-    def poll(self, timeout: float = 0.0) -> bool:
-        ready, _, _ = select.select([self.fd], [], [], timeout)
-        if not ready:
-            return False
-        chunk = os.read(self.fd, 65536)
-        if not chunk:
-            self.eof = True
-            return False
-        self.buf += chunk
-        while b"\n" in self.buf:
-            raw, self.buf = self.buf.split(b"\n", 1)
-            op, _, arg = raw.decode().partition(" ")
-            if op == "E":
-                raise AssertionError(f"writer failed (seed {SEED}):\n{json.loads(arg)}")
-            self.lines.append((op, json.loads(arg)))
-        return True
-
-    def drain(self) -> None:
-        while not self.eof:
-            self.poll(5.0)
-
-    def wait_for(self, op: str, count: int) -> None:
-        start = len(self.lines)
-        deadline = time.monotonic() + LINE_TIMEOUT
-        while sum(1 for o, _ in self.lines[start:] if o == op) < count:
-            if self.eof or time.monotonic() > deadline:
-                raise AssertionError(f"writer stopped reporting (seed {SEED})")
-            self.poll(1.0)
-
-
-def spawn(root: Path, seed: int, ops: int, hook_catalog: bool) -> tuple[int, Pipe]:
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid:
-        os.close(wfd)
-        return pid, Pipe(rfd)
-    # The child: never returns.
-    os.close(rfd)
-    code = 1
-    try:
-
-        def report(line: str) -> None:
-            data = (line + "\n").encode()
-            while data:
-                data = data[os.write(wfd, data) :]
-
+def spawn(root: Path, seed: int, ops: int, hook_catalog: bool) -> tuple[int, ReportPipe]:
+    def body(report: Report) -> None:
         rng = random.Random(seed)
         if hook_catalog:
             # Announce each catalog append after the session commit it follows, so
             # the test can kill the writer right in between.
+            # reaches inside: the catalog append is the moment the kill must hit
             real_append = journal.catalog.Catalog.append
 
             def append(self: Any, records: Any) -> None:
@@ -241,16 +173,12 @@ def spawn(root: Path, seed: int, ops: int, hook_catalog: bool) -> tuple[int, Pip
                 real_append(self, records)
 
             journal.catalog.Catalog.append = append  # type: ignore[method-assign]
-        store = journal.open(root, lock_timeout=30, durability=rng.choice(["fsync", "os"]))
+        store = writer_store(root, rng)
         writer_body(store, rng, report, ops)
         store.close()
         report('Z "done"')
-        code = 0
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.write(wfd, ("E " + json.dumps(traceback.format_exc()) + "\n").encode())
-    finally:
-        os._exit(code)
+
+    return fork_writer(body, seed=SEED, timeout=LINE_TIMEOUT)
 
 
 # --- checks ------------------------------------------------------------------------------
@@ -393,21 +321,11 @@ def check_journals(store: journal.Store, sid: str, stats: Stats) -> None:
 def truth(store: journal.Store, root: Path) -> dict[str, SessionSummary]:
     """The catalog as derived from the session directories themselves."""
     out = {}
-    for name in os.listdir(root / "sessions"):
-        path = root / "sessions" / name / IDENTITY_FILE
-        ident = msgspec.msgpack.decode(read_meta(str(path), KIND_IDENTITY), type=SessionIdentity)
-        summary = store.session_summary(ident.session_id)
+    for sid in session_identities(root):
+        summary = store.session_summary(sid)
         if summary is not None:
-            assert store.load(ident.session_id) is not None
-            out[ident.session_id] = summary
-    return out
-
-
-def listed(store: journal.Store) -> dict[str, SessionSummary]:
-    page = store.list_sessions_page(SessionPageRequest(limit=1_000_000))
-    assert page.next_cursor is None
-    out = {s.session_id: s for s in page.sessions}
-    assert len(out) == len(page.sessions)
+            assert store.load(sid) is not None
+            out[sid] = summary
     return out
 
 
@@ -520,10 +438,7 @@ def test_listing_matches_sessions_after_writer_killed(tmp_path: Path) -> None:
                 pipe.wait_for("A", rng.randint(1, 12))
                 time.sleep(rng.uniform(0, 0.02))
         finally:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pipe.drain()
-            os.close(pipe.fd)
+            kill_writer(pid, pipe)
         store = journal.open(root, lock_timeout=30)
         try:
             expected = truth(store, root)
@@ -577,7 +492,7 @@ def test_registration_never_found_unlocked(tmp_path: Path, monkeypatch: pytest.M
         return fd
 
     monkeypatch.setattr(journal.locks.FileLock, "_open", probing_open)
-    writer.save(checkpoint("s", 0, "x", [], 0))
+    writer.save(labelled_checkpoint("s", 0, [], owner="x"))
     monkeypatch.undo()
     assert found == [[]], "the probe saw the registration being created as a dead one"
     path = writer.registry.path
@@ -599,14 +514,18 @@ def test_catalog_ahead_of_log_is_corrected_after_reboot(tmp_path: Path) -> None:
     """
     root = tmp_path / "store"
     store = journal.open(root, durability="os")
-    store.save(checkpoint("s", 0, "x", [{"ctx": 0}], 0), transcript("s", 0))
-    store.save(checkpoint("keep", 0, "y", [], 0))
+    store.save(labelled_checkpoint("s", 0, [{"ctx": 0}], owner="x"), transcript("s", 0))
+    store.save(labelled_checkpoint("keep", 0, [], owner="y"))
     store.close()
     session_dir = root / "sessions" / os.path.basename(store.session_dir("s"))
     saved = tmp_path / "before"
     shutil.copytree(session_dir, saved)
     store = journal.open(root, durability="os")
-    store.save(checkpoint("s", 1, "y", [{"ctx": 0}], 1), transcript("s", 1), execution("s", 1))
+    store.save(
+        labelled_checkpoint("s", 1, [{"ctx": 0}], owner="y", runs=1),
+        transcript("s", 1),
+        labelled_execution("s", 1, started=T0 + 1000, elapsed=10),
+    )
     assert listed(store)["s"].sequence == 1
     assert [r.turn_id for r in store.recent_executions(5)] == ["s#1"]
     store.close()
@@ -627,7 +546,7 @@ def test_catalog_ahead_of_log_is_corrected_after_reboot(tmp_path: Path) -> None:
         ] == ["s"]
         assert reopened.recent_executions(5) == []
         # And the session continues from the commit it really has.
-        reopened.save(checkpoint("s", 1, "x", [{"ctx": 0}], 0), transcript("s", 1))
+        reopened.save(labelled_checkpoint("s", 1, [{"ctx": 0}], owner="x"), transcript("s", 1))
         assert listed(reopened)["s"].sequence == 1
     finally:
         reopened.close()

@@ -47,9 +47,7 @@ def _segment(session_dir: str) -> str:
 
 
 @pytest.mark.parametrize("how", ["fork", "first save"])
-def test_the_first_commit_is_durable_before_the_name_is_published(
-    tmp_path: Path, how: str
-) -> None:
+def test_the_first_commit_is_durable_before_the_name_is_published(tmp_path: Path, how: str) -> None:
     root = str(tmp_path / "s")
     with recording(root) as recorder:
         store = journal.open(root)
@@ -563,9 +561,7 @@ def test_no_file_is_stat_then_written_on_the_fork_path(
 
 
 @pytest.mark.parametrize("why", ["no parent", "fork point too new", "child exists"])
-def test_a_fork_refused_under_the_tree_lock_leaves_nothing_behind(
-    tmp_path: Path, why: str
-) -> None:
+def test_a_fork_refused_under_the_tree_lock_leaves_nothing_behind(tmp_path: Path, why: str) -> None:
     root = tmp_path / "s"
     store = journal.open(root)
     try:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faults import execution, warning
+from helpers import T0, execution, warning
 
 import journal
 from journal import (
@@ -20,8 +20,6 @@ from journal import (
 )
 from journal.cache import ReadCache
 from journal.log import Log
-
-T0 = 1_700_000_000_000
 
 
 def _event(n: int, width: int = 200) -> Event:

@@ -16,12 +16,11 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import T0
 
 import journal
 from journal import Checkpoint, Event, EventPageRequest, InvalidInputError, NotFoundError
 from journal.session import Session
-
-T0 = 1_700_000_000_000
 
 
 def _fill(store: journal.Store, sid: str, events: int) -> None:

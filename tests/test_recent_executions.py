@@ -13,7 +13,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from test_contract_tree import execution, fold
+from helpers import execution, fold
 
 import journal
 from journal import Checkpoint, ExecutionStats

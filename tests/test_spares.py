@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faults import exit_code_of_child
+from helpers import exit_code_of_child
 
 import journal
 from journal import Checkpoint, EventPageRequest, jobs, sessiondir, spares
@@ -267,8 +267,10 @@ def test_a_store_closed_right_after_creating_a_session(tmp_path: Path) -> None:
         assert len(store.open_sessions) == 0
         assert store.jobs.thread is None or not store.jobs.thread.is_alive()
     with journal.open(root) as again:
-        assert sorted(s.session_id for s in again.list_sessions_page(
-            journal.SessionPageRequest(limit=10)).sessions) == [f"s{n}" for n in range(5)]
+        assert sorted(
+            s.session_id
+            for s in again.list_sessions_page(journal.SessionPageRequest(limit=10)).sessions
+        ) == [f"s{n}" for n in range(5)]
 
 
 def test_sessions_created_back_to_back_are_all_warmed(tmp_path: Path) -> None:

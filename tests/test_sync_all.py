@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from faults import exit_code_of_child
+from helpers import exit_code_of_child
 
 import journal
 from journal import Checkpoint, StorageError, fsio

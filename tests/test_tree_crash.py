@@ -22,33 +22,26 @@ The run is seeded: the seed is printed, and `JOURNAL_TREE_SEED` /
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
-import select
 import signal
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
+import helpers
 import pytest
+from helpers import Report, ReportPipe, fork_writer, kill_writer, session_identities, writer_store
 
 import journal
-from journal.layout import IDENTITY_FILE
-from journal.metafile import KIND_IDENTITY, read_meta
-from journal.sessiondir import SessionIdentity
 from journal.tree import Tree
 from journal.types import (
-    CHECKPOINT_VERSION,
     Checkpoint,
     Event,
     EventPageRequest,
-    SessionContext,
     SessionPageRequest,
     TranscriptPageRequest,
 )
@@ -67,14 +60,7 @@ LINE_TIMEOUT = 60.0
 
 
 def checkpoint(session_id: str, sequence: int, context: list[Any]) -> Checkpoint:
-    return Checkpoint(
-        version=CHECKPOINT_VERSION,
-        session_id=session_id,
-        session_context=SessionContext(owner_id="owner"),
-        sequence=sequence,
-        context=context,
-        metadata={"id": session_id},
-    )
+    return helpers.checkpoint(session_id, sequence, context, metadata={"id": session_id})
 
 
 def item(tag: str) -> dict[str, Any]:
@@ -82,33 +68,6 @@ def item(tag: str) -> dict[str, Any]:
 
 
 # --- the worker (runs in the forked child) -----------------------------------------------
-
-
-def _run_worker(
-    body: Callable[[journal.Store, random.Random, Callable[[str], None]], None],
-    root: Path,
-    seed: int,
-    wfd: int,
-) -> None:
-    """Child side: never returns; exits with 0 only if `body` returns (it should not)."""
-    code = 1
-    try:
-
-        def report(line: str) -> None:
-            data = (line + "\n").encode()
-            while data:
-                data = data[os.write(wfd, data) :]
-
-        rng = random.Random(seed)
-        # A SIGKILL loses nothing the OS has: both durability modes must pass.
-        store = journal.open(root, lock_timeout=30, durability=rng.choice(["fsync", "os"]))
-        body(store, rng, report)
-        code = 0
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.write(wfd, ("E " + json.dumps(traceback.format_exc()) + "\n").encode())
-    finally:
-        os._exit(code)
 
 
 def fork_body(store: journal.Store, rng: random.Random, report: Callable[[str], None]) -> None:
@@ -198,47 +157,6 @@ def _closure(selection: list[str], parents: dict[str, str]) -> set[str]:
 # --- the test side -----------------------------------------------------------------------
 
 
-class Pipe:
-    """Line reader over the worker's pipe, with a deadline."""
-
-    def __init__(self, fd: int):
-        self.fd = fd
-        self.buf = b""
-        self.lines: list[tuple[str, Any]] = []  # every line read, in order
-        self.eof = False
-
-    def _fill(self, timeout: float) -> bool:
-        ready, _, _ = select.select([self.fd], [], [], timeout)
-        if not ready:
-            return False
-        chunk = os.read(self.fd, 65536)
-        if not chunk:
-            self.eof = True
-            return False
-        self.buf += chunk
-        while b"\n" in self.buf:
-            raw, self.buf = self.buf.split(b"\n", 1)
-            op, _, arg = raw.decode().partition(" ")
-            self.lines.append((op, json.loads(arg)))
-            if op == "E":
-                raise AssertionError(f"worker failed (seed {SEED}):\n{json.loads(arg)}")
-        return True
-
-    def wait_for(self, op: str, count: int) -> None:
-        """Read until `count` lines of kind `op` have been seen since now."""
-        start = len(self.lines)
-        deadline = time.monotonic() + LINE_TIMEOUT
-        while sum(1 for o, _ in self.lines[start:] if o == op) < count:
-            left = deadline - time.monotonic()
-            if left <= 0 or self.eof:
-                raise AssertionError(f"worker stopped reporting (seed {SEED})")
-            self._fill(left)
-
-    def drain(self) -> None:
-        while not self.eof:
-            self._fill(5.0)
-
-
 @dataclass
 class History:
     """What the test knows from every worker's reports."""
@@ -278,34 +196,21 @@ class History:
         return open_op
 
 
-def spawn(body: Any, root: Path, seed: int) -> tuple[int, Pipe]:
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child never returns
-        os.close(rfd)
-        _run_worker(body, root, seed, wfd)
-    os.close(wfd)
-    return pid, Pipe(rfd)
+def spawn(body: Any, root: Path, seed: int) -> tuple[int, ReportPipe]:
+    """A worker running `body` until killed (it exits 0 only if `body` returns)."""
+
+    def run(report: Report) -> None:
+        rng = random.Random(seed)
+        body(writer_store(root, rng), rng, report)
+
+    return fork_writer(run, seed=SEED, timeout=LINE_TIMEOUT, who="worker")
 
 
-def kill(pid: int, pipe: Pipe) -> None:
-    os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    pipe.drain()
-    os.close(pipe.fd)
+def kill(pid: int, pipe: ReportPipe) -> None:
+    status = kill_writer(pid, pipe)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (
         f"worker exited on its own with status {status} (seed {SEED})"
     )
-
-
-def session_dirs(root: Path) -> dict[str, SessionIdentity]:
-    """Session id -> identity, for every directory under sessions/ (each identity must read)."""
-    out = {}
-    for name in os.listdir(root / "sessions"):
-        path = root / "sessions" / name / IDENTITY_FILE
-        ident = msgspec.msgpack.decode(read_meta(str(path), KIND_IDENTITY), type=SessionIdentity)
-        out[ident.session_id] = ident
-    return out
 
 
 def check_store(store: journal.Store, root: Path, history: History, seed: int) -> set[str]:
@@ -316,7 +221,7 @@ def check_store(store: journal.Store, root: Path, history: History, seed: int) -
         assert tree.intents() == [], f"a delete intent survived reopening {where}"
     finally:
         tree.close()
-    dirs = session_dirs(root)
+    dirs = session_identities(root)
     present = {sid for sid in dirs if store.load(sid) is not None}
     # A session directory is only ever published with its first commit (by a save
     # or a fork), so a kill can never leave one without a committed checkpoint.

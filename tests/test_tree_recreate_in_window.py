@@ -16,6 +16,8 @@ import threading
 import time
 from pathlib import Path
 
+from helpers import listed_ids
+
 import journal
 from journal import Checkpoint
 
@@ -36,11 +38,6 @@ _SLOW_DELETER = textwrap.dedent(
     s.close()
     """
 )
-
-
-def _listed(store: journal.Store) -> set[str]:
-    page = store.list_sessions_page(journal.SessionPageRequest(limit=100))
-    return {s.session_id for s in page.sessions}
 
 
 def _wait(flag: Path) -> None:
@@ -68,7 +65,7 @@ def test_an_id_saved_during_its_delete_is_listed_after_it(tmp_path: Path) -> Non
     assert out.strip() == "True"
     with journal.open(root) as s:
         present = s.load("x") is not None
-        listed = _listed(s)
+        listed = listed_ids(s)
     print(f"after: load(x) present={present}; listed={listed}")
     assert not present or "x" in listed, "x exists but is not listed"
 

@@ -24,7 +24,7 @@ from journal.verify import SEVERITY_DATA, verify_store
 SEED = int(os.environ.get("JOURNAL_STRESS_SEED", random.randrange(1 << 30)))
 PROCS, THREADS, SECONDS = 3, 3, 4.0
 
-WORKER = r'''
+WORKER = r"""
 import json, random, sys, threading, time, traceback
 import journal
 from journal import Checkpoint, ContractViolationError, NotFoundError
@@ -74,7 +74,7 @@ for w in workers:
 store.close()
 with open(out, "w") as f:
     json.dump({"unexpected": unexpected, "calls": calls[0]}, f)
-'''
+"""
 
 
 def test_processes_and_threads_racing_on_few_ids_leave_a_whole_tree(tmp_path: Path) -> None:
@@ -86,8 +86,15 @@ def test_processes_and_threads_racing_on_few_ids_leave_a_whole_tree(tmp_path: Pa
     outs = [tmp_path / f"out{p}.json" for p in range(PROCS)]
     procs = [
         subprocess.Popen(
-            [sys.executable, str(worker), str(root), str(SEED + p), str(THREADS), str(SECONDS),
-             str(outs[p])],
+            [
+                sys.executable,
+                str(worker),
+                str(root),
+                str(SEED + p),
+                str(THREADS),
+                str(SECONDS),
+                str(outs[p]),
+            ],
             stderr=subprocess.PIPE,
         )
         for p in range(PROCS)
@@ -101,7 +108,9 @@ def test_processes_and_threads_racing_on_few_ids_leave_a_whole_tree(tmp_path: Pa
     assert sum(r["calls"] for r in results) > 100, "the workers hardly ran"
 
     damaged = [
-        str(f) for _, findings in verify_store(str(root)) for f in findings
+        str(f)
+        for _, findings in verify_store(str(root))
+        for f in findings
         if f.severity == SEVERITY_DATA
     ]
     assert damaged == []

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import helpers
 import msgspec
 import pytest
 
@@ -46,21 +48,15 @@ def fails(kind: type[JournalError], message: str) -> Iterator[None]:
     assert type(info.value) is kind
 
 
-def active_execution(**changes: Any) -> dict[str, Any]:
-    return {
-        "submission_id": "sub-1",
-        "author": {"type": "user"},
-        "turn_id": "turn-1",
-        "started_at_ms": 1_000,
-        "model_calls": 1,
-        "tool_calls": 2,
-        "failed_tool_calls": 1,
-        "usage": {"input_tokens": 5, "output_tokens": 1, "total_tokens": 6},
-        "next_model_step": 1,
-        "stop_hook_active": False,
-        "phase": {"type": "model"},
-        **changes,
-    }
+# A turn with some calls made, one tool call failed and tokens used.
+active_execution = functools.partial(
+    helpers.active_execution,
+    model_calls=1,
+    tool_calls=2,
+    failed_tool_calls=1,
+    usage={"input_tokens": 5, "output_tokens": 1, "total_tokens": 6},
+    next_model_step=1,
+)
 
 
 def model_step(**changes: Any) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import delta, warning_event
 
 import journal
 from journal import Checkpoint, Event, EventPageRequest, SessionPageRequest, fsio
@@ -27,25 +28,16 @@ from journal import writes as session_module
 from journal.verify import verify_store
 
 
-def _warning(text: str) -> Event:
-    return Event(msg={"type": "warning", "message": text})
-
-
-def _delta(text: str) -> Event:
-    msg = {"type": "assistant_content_delta", "model_step_id": "s1", "phase": "answer"}
-    return Event(msg={**msg, "delta": text})
-
-
 def _appends_until_a_roll(store: journal.Store, sid: str, limit: int = 400) -> int:
     """Append until the next append rolls the log; return how many were appended."""
-    store.append_event(sid, 0, _warning("open the writer"))
+    store.append_event(sid, 0, warning_event("open the writer"))
     sess = store.open_sessions.peek(sid)
     assert sess is not None
     for n in range(limit):
         w = sess.log._writer
         if w is not None and w.data_end - w.seg.base >= store.options.segment_bytes:
             return n
-        store.append_event(sid, n, _warning("x" * 100))
+        store.append_event(sid, n, warning_event("x" * 100))
     raise AssertionError("no roll came")
 
 
@@ -71,11 +63,11 @@ def test_a_roll_that_fails_after_closing_the_old_segment_leaves_no_writer(
 
         monkeypatch.setattr(log_module.Log, "list_segments", failing)
         with pytest.raises(journal.StorageError, match="injected"):
-            store.append_event("a", before, _warning("y" * 100))
+            store.append_event("a", before, warning_event("y" * 100))
         opened = [os.open(victim, os.O_RDWR) for _ in range(8)]  # take freed numbers
         try:
             for n in range(20):
-                store.append_event("a", 1000 + n, _warning("z" * 100))
+                store.append_event("a", 1000 + n, warning_event("z" * 100))
         finally:
             for fd in opened:
                 os.close(fd)
@@ -106,9 +98,9 @@ def test_a_failed_header_write_of_a_new_segment_does_not_block_later_rolls(
 
         monkeypatch.setattr(fsio.ops, "pwrite", failing)
         with pytest.raises(journal.StorageError, match="injected"):
-            store.append_event("a", 1, _warning("y" * 100))
+            store.append_event("a", 1, warning_event("y" * 100))
         for n in range(100):  # several more rolls, each one fine
-            store.append_event("a", 100 + n, _warning("z" * 100))
+            store.append_event("a", 100 + n, warning_event("z" * 100))
         assert len(os.listdir(Path(store.session_dir("a")) / "log")) > 3
     finally:
         store.close()
@@ -124,7 +116,7 @@ def test_an_interrupt_after_planning_an_event_leaves_the_rules_as_they_were(
     store = journal.open(tmp_path / "s", durability="os")
     try:
         store.save(Checkpoint.empty("a"))
-        assert store.append_event("a", 1, _delta("x")).sequence == 1
+        assert store.append_event("a", 1, delta("x")).sequence == 1
         real = session_module.frame
 
         def interrupted(*args: object, **kwargs: object) -> bytes:
@@ -133,8 +125,8 @@ def test_an_interrupt_after_planning_an_event_leaves_the_rules_as_they_were(
 
         monkeypatch.setattr(session_module, "frame", interrupted)
         with pytest.raises(KeyboardInterrupt):
-            store.append_event("a", 2, _delta("never written"))
-        assert store.append_event("a", 3, _warning("keep me")).sequence == 2
+            store.append_event("a", 2, delta("never written"))
+        assert store.append_event("a", 3, warning_event("keep me")).sequence == 2
         done = Event(msg={"type": "assistant_message", "model_step_id": "s1", "content": "x"})
         store.append_event("a", 4, done)
         page = store.event_page("a", EventPageRequest(limit=10))

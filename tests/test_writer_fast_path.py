@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 import pytest
 from faults import record_stats_and_writes
+from helpers import delta, stamped, warning_event
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,24 +36,9 @@ from journal.verify import verify_store
 STEP = "step-1"
 
 
-def _delta(text: str, step: str = STEP, phase: str = "answer") -> Event:
-    return Event(
-        msg={
-            "type": "assistant_content_delta",
-            "model_step_id": step,
-            "phase": phase,
-            "delta": text,
-        }
-    )
-
-
 def _completed(step: str = STEP) -> Event:
     msg = {"type": "model_step_completed", "model_step_id": step, "outcome": "completed"}
     return Event(msg=msg)
-
-
-def _warning(text: str) -> Event:
-    return Event(msg={"type": "warning", "message": text})
 
 
 def _rules_state(rules: EventRules) -> Any:
@@ -78,7 +64,7 @@ def _event(kind: str, key: str) -> Event:
     if kind == "message":
         return Event(msg={"type": "message", "text": "x"}, submission_id=key)
     if kind == "delta":
-        return _delta("xy", step=key)
+        return delta("xy", key)
     if kind == "assistant_message":
         return Event(msg={"type": "assistant_message", "model_step_id": key, "content": "x"})
     if kind == "token_count":
@@ -135,10 +121,10 @@ def test_an_append_too_large_leaves_the_rules_as_they_were(tmp_path: Path) -> No
     store = journal.open(tmp_path / "s", durability="os", max_record_bytes=2048)
     try:
         store.save(Checkpoint.empty("a"))
-        store.append_event("a", 1, _delta("abc"))
+        store.append_event("a", 1, delta("abc", STEP))
         with pytest.raises(journal.InvalidInputError):
-            store.append_event("a", 2, _delta("x" * 4096))  # too large: not appended
-        store.append_event("a", 3, _delta("de"))
+            store.append_event("a", 2, delta("x" * 4096, STEP))  # too large: not appended
+        store.append_event("a", 3, delta("de", STEP))
         metrics = _metrics_after(store, "a")
         assert [(m["chunk_count"], m["utf8_bytes"]) for m in metrics] == [(2, 5)]
     finally:
@@ -169,15 +155,15 @@ def test_a_failed_write_leaves_the_rules_as_they_were(
     store = journal.open(tmp_path / "s", durability="os")
     try:
         store.save(Checkpoint.empty("a"))
-        store.append_event("a", 1, _delta("abc"))
+        store.append_event("a", 1, delta("abc", STEP))
         ops.fail = 1
         with pytest.raises(journal.StorageError):
             if how == "append":
-                store.append_event("a", 2, _delta("lost!"))
+                store.append_event("a", 2, delta("lost!", STEP))
             else:
                 cp = Checkpoint.empty("a")
                 cp.sequence = 1
-                events = [journal.TimestampedEvent(recorded_at_ms=2, event=_delta("lost!"))]
+                events = [stamped(2, delta("lost!", STEP))]
                 store.save_with_events(cp, [], None, events)
         assert ops.fail == 0
         metrics = _metrics_after(store, "a")
@@ -282,12 +268,12 @@ def test_an_append_by_another_process_is_seen_by_the_next_commit(tmp_path: Path)
     store = journal.open(root, durability="os")
     try:
         store.save(Checkpoint.empty("a"))
-        assert store.append_event("a", 1, _warning("one")).sequence == 1
-        assert store.append_event("a", 2, _warning("two")).sequence == 2
+        assert store.append_event("a", 1, warning_event("one")).sequence == 1
+        assert store.append_event("a", 2, warning_event("two")).sequence == 2
         assert _child(root, "a", "append") == "3"  # and its close trims the zeros
-        assert store.append_event("a", 4, _warning("four")).sequence == 4
+        assert store.append_event("a", 4, warning_event("four")).sequence == 4
         assert _child(root, "a", "append") == "5"
-        assert store.append_event("a", 6, _warning("six")).sequence == 6
+        assert store.append_event("a", 6, warning_event("six")).sequence == 6
         page = store.event_page("a", EventPageRequest(limit=10))
         assert [e.sequence for e in page.events] == [6, 5, 4, 3, 2, 1]
         assert [e.event.msg["message"] for e in page.events[:2]] == ["six", "child"]
@@ -301,9 +287,9 @@ def test_an_append_after_another_process_recreated_the_session(tmp_path: Path) -
     store = journal.open(root, durability="os")
     try:
         store.save(Checkpoint.empty("a"))
-        store.append_event("a", 1, _warning("old"))
+        store.append_event("a", 1, warning_event("old"))
         _child(root, "a", "delete-and-recreate")
-        event = store.append_event("a", 2, _warning("new"))
+        event = store.append_event("a", 2, warning_event("new"))
         assert event.sequence == 1  # the new session's first event
         page = store.event_page("a", EventPageRequest(limit=10))
         assert [e.event.msg["message"] for e in page.events] == ["new"]
@@ -335,13 +321,13 @@ def test_a_delete_here_refuses_the_append_that_was_waiting_for_the_lock(
 
     def append() -> None:
         try:
-            outcome.append(store.append_event("a", 2, _warning("into the trash?")))
+            outcome.append(store.append_event("a", 2, warning_event("into the trash?")))
         except journal.JournalError as exc:
             outcome.append(exc)
 
     try:
         store.save(Checkpoint.empty("a"))
-        store.append_event("a", 1, _warning("one"))  # the writer is open and quiet
+        store.append_event("a", 1, warning_event("one"))  # the writer is open and quiet
         monkeypatch.setattr(Session, "_acquire_writer", paused)
         appender = threading.Thread(target=append, name="appender")
         appender.start()
@@ -363,10 +349,10 @@ def test_a_session_directory_removed_by_hand_refuses_appends(tmp_path: Path) -> 
     store = journal.open(tmp_path / "s", durability="os")
     try:
         store.save(Checkpoint.empty("a"))
-        store.append_event("a", 1, _warning("one"))
+        store.append_event("a", 1, warning_event("one"))
         shutil.rmtree(store.session_dir("a"))
         with pytest.raises(journal.NotFoundError):
-            store.append_event("a", 2, _warning("lost?"))
+            store.append_event("a", 2, warning_event("lost?"))
     finally:
         store.close()
 
@@ -379,7 +365,7 @@ def test_a_dead_deleters_intent_dooms_the_session_for_a_quiet_writer(tmp_path: P
     store = journal.open(root, durability="os")
     try:
         store.save(Checkpoint.empty("a"))
-        store.append_event("a", 1, _warning("one"))
+        store.append_event("a", 1, warning_event("one"))
         code = textwrap.dedent(
             """
             import os, sys, journal
@@ -396,7 +382,7 @@ def test_a_dead_deleters_intent_dooms_the_session_for_a_quiet_writer(tmp_path: P
         lock_line = (Path(store.session_dir("a")) / LOCK_FILE).read_bytes()
         assert f"pid={os.getpid()} ".encode() not in lock_line  # the deleter's line
         with pytest.raises(journal.NotFoundError):
-            store.append_event("a", 2, _warning("doomed"))
+            store.append_event("a", 2, warning_event("doomed"))
         assert not os.path.exists(store.session_dir("a"))
         assert store.load("a") is None
     finally:
@@ -416,10 +402,7 @@ def test_a_point_read_checks_only_the_index_entries_it_needs(
     store = journal.open(tmp_path / "s", durability="os")
     try:
         store.save(Checkpoint.empty("a"))
-        events = [
-            journal.TimestampedEvent(recorded_at_ms=n, event=_warning(f"e{n}"))
-            for n in range(1, 2001)
-        ]
+        events = [stamped(n, warning_event(f"e{n}")) for n in range(1, 2001)]
         cp = Checkpoint.empty("a")
         cp.sequence = 1
         store.save_with_events(cp, [], None, events)
@@ -453,18 +436,18 @@ def test_reads_after_our_own_commit_see_what_others_did_since(tmp_path: Path) ->
     other = journal.open(root, durability="os")  # in this process, its own lock object
     try:
         store.save(Checkpoint.empty("a"))
-        store.append_event("a", 1, _warning("ours"))
+        store.append_event("a", 1, warning_event("ours"))
         assert _child(root, "a", "append") == "2"  # another process
         assert [e.sequence for e in store.events_after("a", 0, 10)] == [1, 2]
-        store.append_event("a", 3, _warning("ours again"))
-        other.append_event("a", 4, _warning("another store here"))
+        store.append_event("a", 3, warning_event("ours again"))
+        other.append_event("a", 4, warning_event("another store here"))
         assert store.event_page("a", EventPageRequest(limit=1)).events[0].sequence == 4
-        store.append_event("a", 5, _warning("and again"))
+        store.append_event("a", 5, warning_event("and again"))
         _child(root, "a", "delete-and-recreate")
         loaded = store.load("a")
         assert loaded is not None and loaded.sequence == 0
         assert store.events_after("a", 0, 10) == []  # the new session has no events
-        store.append_event("a", 6, _warning("new incarnation"))
+        store.append_event("a", 6, warning_event("new incarnation"))
         shutil.rmtree(store.session_dir("a"))
         assert store.load("a") is None
         assert store.events_after("a", 0, 10) == []
@@ -478,7 +461,7 @@ def test_a_read_after_a_delete_here_finds_nothing(tmp_path: Path) -> None:
     store.tree.empty_trash_soon = lambda: None  # type: ignore[method-assign]
     try:
         store.save(Checkpoint.empty("a"))
-        store.append_event("a", 1, _warning("one"))
+        store.append_event("a", 1, warning_event("one"))
         assert store.delete_sessions(["a"])
         assert store.load("a") is None
         assert store.events_after("a", 0, 10) == []
@@ -497,7 +480,7 @@ def test_no_segment_is_stat_on_the_commit_and_read_paths(
     try:
         store.save(Checkpoint.empty("a"))
         for n in range(3):  # settle: recovery, the first preallocation, the catalog
-            store.append_event("a", n, _warning(f"warm {n}"))
+            store.append_event("a", n, warning_event(f"warm {n}"))
         store.spares.wait()  # and the new session's warm-up (its recovery checks)
         stat_of: list[str] = []
         real_fstat, real_stat = os.fstat, os.stat
@@ -513,7 +496,7 @@ def test_no_segment_is_stat_on_the_commit_and_read_paths(
         monkeypatch.setattr(os, "fstat", fstat)
         monkeypatch.setattr(os, "stat", stat)
         for n in range(10):
-            store.append_event("a", 10 + n, _warning(f"e{n}"))
+            store.append_event("a", 10 + n, warning_event(f"e{n}"))
             store.event_page("a", EventPageRequest(limit=5))
             cp = store.load("a")
             assert cp is not None

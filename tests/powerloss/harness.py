@@ -38,7 +38,11 @@ def _run(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess[s
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(
-            [str(HERE), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])]
+            [
+                str(HERE),
+                str(HERE.parent),  # tests/, for helpers.py
+                *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []),
+            ]
         ),
     }
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)

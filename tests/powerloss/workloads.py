@@ -1,12 +1,12 @@
 """Seeded workloads that drive journal's public API, and what the API shows afterwards.
 
 `steps(kind, seed)` is a deterministic script of calls. Run as a process
-(`python workloads.py run KIND SEED ROOT SIDE`), it performs them against the
-store at ROOT and records each call in SIDE, a file outside the store, with an
-fsync before the call ("begin i"), after it returned ("ack i") or after it
-raised ("fail i TYPE MESSAGE"). `observe(root, kind, seed)` (python
-workloads.py observe ...) prints, as JSON, everything the API shows of the
-sessions and state keys the script touches.
+(`python workloads.py run KIND SEED ROOT SIDE`, with tests/ on PYTHONPATH for
+helpers.py), it performs them against the store at ROOT and records each call
+in SIDE, a file outside the store, with an fsync before the call ("begin i"),
+after it returned ("ack i") or after it raised ("fail i TYPE MESSAGE").
+`observe(root, kind, seed)` (python workloads.py observe ...) prints, as JSON,
+everything the API shows of the sessions and state keys the script touches.
 
 Kinds:
 - crash: save_with_events (growing and restarted contexts, transcript, execution
@@ -28,21 +28,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+from helpers import (
+    T0,
+    all_batches,
+    all_events,
+    all_executions,
+    checkpoint,
+    execution,
+    stamped,
+    warning_event,
+)
 
 import journal
 from journal import (
-    Checkpoint,
-    Event,
-    EventPageRequest,
-    ExecutionPageRequest,
-    ExecutionRecord,
     SessionPageRequest,
-    TimestampedEvent,
-    TranscriptPageRequest,
 )
 
 SEGMENT_BYTES = 16384  # small, so segments roll during a workload
-T0 = 1_700_000_000_000
 
 
 @dataclass
@@ -58,28 +60,6 @@ class Script:
     steps: list[Step] = field(default_factory=list)
     sessions: list[str] = field(default_factory=list)
     state_keys: list[tuple[str, str]] = field(default_factory=list)
-
-
-def _checkpoint(sid: str, seq: int, context: list[Any], epoch: int) -> Checkpoint:
-    cp = Checkpoint.empty(sid, owner_id="owner")
-    return msgspec.structs.replace(cp, sequence=seq, context=context, context_epoch=epoch)
-
-
-def _event(text: str) -> Event:
-    return Event(msg={"type": "warning", "message": text})
-
-
-def _execution(sid: str, seq: int) -> ExecutionRecord:
-    return ExecutionRecord(
-        session_id=sid,
-        submission_id=f"sub-{seq}",
-        author={"user": "u"},
-        turn_id=f"t-{seq}",
-        started_at_ms=T0 + seq,
-        finished_at_ms=T0 + seq + 5,
-        elapsed_ms=5,
-        outcome="completed",
-    )
 
 
 class _Builder:
@@ -112,11 +92,11 @@ class _Builder:
             item["blob"] = "".join(self.rnd.choice("abcdefgh") for _ in range(2500))
         self.ctx[sid] = [*self.ctx.get(sid, []), item]
         self.hist.setdefault(sid, {})[seq] = list(self.ctx[sid])
-        cp = _checkpoint(sid, seq, list(self.ctx[sid]), self.epoch.get(sid, 0))
+        cp = checkpoint(sid, seq, self.ctx[sid], epoch=self.epoch.get(sid, 0))
         delta = [{"t": f"{sid}/{seq}/{k}"} for k in range(self.rnd.randint(0, 2))]
-        exe = _execution(sid, seq) if self.rnd.random() < 0.5 else None
+        exe = execution(sid, seq, turn_id=f"t-{seq}") if self.rnd.random() < 0.5 else None
         evs = [
-            TimestampedEvent(recorded_at_ms=T0 + self.n, event=_event(f"{sid} {seq} {k}"))
+            stamped(T0 + self.n, warning_event(f"{sid} {seq} {k}"))
             for k in range(self.rnd.randint(0, 3))
         ]
 
@@ -130,7 +110,7 @@ class _Builder:
         n = self.n
 
         def call(store: journal.Store) -> None:
-            store.append_event(sid, T0 + n, _event(f"{sid} append {n}"))
+            store.append_event(sid, T0 + n, warning_event(f"{sid} append {n}"))
 
         self._add(Step(f"append {sid} {n}", call))
 
@@ -325,17 +305,6 @@ def parse_side(text: str) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------- observing
-def _pages(fetch: Callable[[int | None], Any], items: str) -> list[Any]:
-    out: list[Any] = []
-    before = None
-    while True:
-        page = fetch(before)
-        out.extend(getattr(page, items))
-        if page.next_before_sequence is None:
-            return out[::-1]
-        before = page.next_before_sequence
-
-
 def observe_store(store: journal.Store, script: Script) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for sid in script.sessions:
@@ -346,24 +315,9 @@ def observe_store(store: journal.Store, script: Script) -> dict[str, Any]:
         out[sid] = msgspec.to_builtins(
             {
                 "checkpoint": cp,
-                "events": _pages(
-                    lambda b, s=sid: store.event_page(
-                        s, EventPageRequest(limit=9, before_sequence=b)
-                    ),
-                    "events",
-                ),
-                "batches": _pages(
-                    lambda b, s=sid: store.transcript_page(
-                        s, TranscriptPageRequest(max_batches=5, before_sequence=b)
-                    ),
-                    "batches",
-                ),
-                "executions": _pages(
-                    lambda b, s=sid: store.execution_page(
-                        s, ExecutionPageRequest(limit=5, before_sequence=b)
-                    ),
-                    "executions",
-                ),
+                "events": all_events(store, sid, 9),
+                "batches": all_batches(store, sid, 5),
+                "executions": all_executions(store, sid, 5),
                 "history": [store.checkpoint_at(sid, s) for s in range(cp.sequence + 1)],
             }
         )
@@ -400,7 +354,7 @@ def write_again(root: str, kind: str, seed: int) -> None:
                 cp, sequence=cp.sequence + 1, context=[*cp.context, {"after": "crash"}]
             )
             store.save(nxt)
-            store.append_event(sid, T0, _event("after the crash"))
+            store.append_event(sid, T0, warning_event("after the crash"))
         store.save_state("after", "crash", {"ok": True})
         assert store.load_state("after", "crash") == {"ok": True}
 
