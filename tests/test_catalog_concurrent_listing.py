@@ -1,14 +1,8 @@
-"""What a concurrent reader's listing may and may not show, with the interleavings forced.
-
-`test_multiprocess_catalog.py::test_reader_pages_while_writers_write` once found an
-acknowledged session missing from a listing (seed 1091038345, under load). Its
-check read the writers' delete announcements before the listing, but a session
-leaves listings as soon as its delete's intent is written, before any catalog
-record says so: a delete announced while the listing ran hides the session
-legitimately. The test now reads the announcements after the listing. These
-tests pin both halves: the intent hides the session at once, and a reader that
-looks at the catalog while a writer's record is only partly written neither lists
-it nor passes over it, so the next listing has it.
+"""What a reader's listing shows while another store writes, with the interleavings
+forced: a session leaves listings as soon as its delete's intent is written, before
+any catalog record says so, and a reader that looks at the catalog while a
+writer's record is only partly written neither lists it nor passes over it, so
+the next listing has it.
 """
 
 from __future__ import annotations

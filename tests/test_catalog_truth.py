@@ -169,8 +169,7 @@ def test_a_failed_catalog_append_after_a_durable_commit_is_made_good(
     commit is durable (for a first save: the session is published), and a retry of
     the same save is refused (the sequence did not advance). The listing must not
     stay behind: the next listing re-derives the entries, or, if the catalog still
-    fails until close, the next open does (found by review: nothing ever listed the
-    session again)."""
+    fails until close, the next open does."""
     root = tmp_path / "s"
     store = journal.open(root)
     store.save(Checkpoint.empty("x", owner_id="o"))
@@ -208,7 +207,7 @@ def test_a_stray_copy_of_a_child_does_not_make_a_delete_take_another_session(
     """Unlisted directories are placed in the tree by their identity file only when
     they are that session's directory: a stray copy of an old incarnation of "kid"
     (forked from "p") must not make deleting "p" delete the live "kid", now a child
-    of "q" (found by review)."""
+    of "q"."""
     root = tmp_path / "s"
     store = journal.open(root)
     try:
@@ -234,7 +233,7 @@ def test_a_delete_does_not_hash_every_listed_session(
 ) -> None:
     """Finding unlisted children compares `sessions/` with the directory names the
     catalog keeps, instead of computing every listed id's directory name on each
-    delete (found by review: 405 ms per delete at 40,000 sessions)."""
+    delete (a cost that grows with the number of sessions)."""
     import journal.store as js
     import journal.upkeep as ju
 
@@ -269,11 +268,11 @@ def test_a_catalog_entry_that_outlived_a_lost_creation_is_dropped_after_reboot(
     reboot is what tells: a new boot id, or, where there is none (not Linux), every
     open re-checks. Emulated: the disk as before the first save of "y", with the
     catalog as that save left it, in the same directory (same inode); the
-    registration line was never synced either (review)."""
+    registration line was never synced either."""
     import journal.catalog as jc
 
     # Without a boot id, BOOT holds the same line before and after: only the rule
-    # that every such open re-checks can drop the entry (review).
+    # that every such open re-checks can drop the entry.
     before_boot = "before-the-power-loss" if boot == "a new boot id" else ""
     monkeypatch.setattr(jc, "boot_id", lambda: before_boot)
     root = tmp_path / "s"
@@ -296,7 +295,7 @@ def test_without_a_boot_id_every_open_counts_as_after_a_reboot(
 ) -> None:
     """With a boot id, the BOOT line written by one open matches the next; without
     one (not Linux) a reboot cannot be told from a restart, so every open re-checks
-    (review: it did so only by accident, a stray space in the comparison)."""
+    (by that rule, not by a BOOT line that never matches)."""
     import journal.catalog as jc
 
     root = tmp_path / "s"
@@ -336,8 +335,8 @@ _SLOW_DELETER = textwrap.dedent(
 def test_a_completed_delete_is_never_listed(tmp_path: Path) -> None:
     """Once a delete is complete (directories in the trash, intent retired), no
     other process lists the deleted sessions: the catalog's delete records come
-    before the intent is retired (found by review: child_sessions and
-    list_sessions_page listed a child that load already reported absent)."""
+    before the intent is retired, so child_sessions and list_sessions_page never
+    list a child that load reports absent."""
     root = tmp_path / "s"
     store = journal.open(root)
     store.save(Checkpoint.empty("p", owner_id="o"))
@@ -363,8 +362,8 @@ def test_a_completed_delete_is_never_listed(tmp_path: Path) -> None:
 
 def test_a_save_whose_catalog_append_fails_is_still_made_durable(tmp_path: Path) -> None:
     """A save whose catalog append fails raises, but its commit, already visible
-    (and a retry refused), is made durable first (found by review: the exception
-    skipped the fdatasync)."""
+    (and a retry refused), is made durable first: the exception does not skip the
+    fdatasync."""
     root = tmp_path / "s"
     store = journal.open(root)  # durability="fsync"
     try:
@@ -402,7 +401,7 @@ def test_a_save_whose_catalog_append_fails_is_still_made_durable(tmp_path: Path)
 
 def test_a_concurrent_listing_waits_for_a_session_being_reannounced(tmp_path: Path) -> None:
     """A listing that starts while another thread is re-deriving a missing entry
-    waits for it instead of missing the session (found by review)."""
+    waits for it instead of missing the session."""
     root = tmp_path / "s"
     store = journal.open(root)
     try:
@@ -444,7 +443,7 @@ def test_a_transient_error_while_reannouncing_is_tried_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One transient error (EMFILE) while re-deriving a missing entry keeps it
-    for the next try, and the next open (found by review: it was dropped for good)."""
+    for the next try, and the next open: it is not dropped for good."""
     import journal.catalog as jc
 
     monkeypatch.setattr(jc, "boot_id", lambda: "same-boot")
@@ -483,7 +482,7 @@ def test_a_transient_error_while_reannouncing_is_tried_again(
 def test_listings_still_answer_while_the_catalog_cannot_be_written(tmp_path: Path) -> None:
     """While the catalog cannot be written (another process holds its lock past
     lock_timeout), listing calls still answer from the catalog as it is; the
-    missing entry is re-derived later (found by review: every listing raised)."""
+    missing entry is re-derived later; no listing raises."""
     root = tmp_path / "s"
     store = journal.open(root, lock_timeout=0.3)
     store.save(Checkpoint.empty("p", owner_id="o"))
@@ -557,8 +556,7 @@ def test_an_open_succeeds_while_the_catalog_is_busy_with_a_kept_registration(
     tmp_path: Path,
 ) -> None:
     """A registration kept at close (a catalog entry still missing) does not make
-    the next open fail while the catalog lock is busy: it stays for later (found
-    by review)."""
+    the next open fail while the catalog lock is busy: it stays for later."""
     root = tmp_path / "s"
     store = journal.open(root, lock_timeout=0.3)
     store.save(Checkpoint.empty("p", owner_id="o"))

@@ -1,12 +1,15 @@
-"""A listing re-deriving missing catalog entries and a delete finishing a dead
-process's delete do not wait on each other (found by review: a lock of the
-re-derivation and the tree lock, taken in opposite orders, hung both threads).
-The hooks below only pause threads at fixed points to force the interleaving;
-they take no locks.
+"""A delete whose process died after its intent was durable is rolled forward by the
+next process that opens the store or deletes: again, idempotently, when it died after
+the delete's catalog records; without losing those records when the finishing
+process cannot write the catalog at that moment (the names stay in the dead
+deleter's registration until its delete is finished, and in the finishing process's
+own); without it and a listing that re-derives missing catalog entries waiting on
+each other; and never by a read-only store.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -16,21 +19,41 @@ import traceback
 from pathlib import Path
 
 from faults import save_whose_catalog_append_fails
+from helpers import listed_ids, lock_held_elsewhere
 
 import journal
 from journal import Checkpoint
 
-_DIE_AFTER_INTENT = textwrap.dedent(
+# reaches inside: the kill must land between two given steps of a delete
+_DELETE_AND_DIE = textwrap.dedent(
     """
-    import os, sys, journal
-    import journal.tree as jt
-    def carry_out(self, path, intent, **kw):
-        os._exit(9)          # killed after the intent is durable, before any rename
-    jt.Tree.carry_out = carry_out
-    s = journal.open(sys.argv[1])
-    s.delete_sessions(["x"])
+    import importlib, os, sys, journal
+    root, where, when, *ids = sys.argv[1:]
+    module, owner, name = where.rsplit(".", 2)
+    cls = getattr(importlib.import_module(module), owner)
+    real = getattr(cls, name)
+    def dying(self, *args, **kwargs):
+        if when == "after":
+            real(self, *args, **kwargs)
+        os._exit(9)
+    setattr(cls, name, dying)
+    journal.open(root).delete_sessions(ids)
     """
 )
+
+
+def _delete_and_die(root: Path, ids: list[str], where: str, when: str) -> int:
+    """Delete `ids` in another process that dies (exit 9, as a kill leaves it) on
+    entering `where` (module.Class.method), or on leaving it (`when` "after"); its
+    exit code. Dying before `journal.tree.Tree.carry_out` leaves the intent durable
+    and no session renamed."""
+    args = [sys.executable, "-c", _DELETE_AND_DIE, str(root), where, when, *ids]
+    return subprocess.run(args).returncode
+
+
+# --- a listing and the finishing of a dead process's delete -----------------------------
+# The hooks below only pause threads at fixed points to force the interleaving; they
+# take no locks.
 
 
 def _stacks(threads: list[threading.Thread]) -> str:
@@ -85,7 +108,7 @@ def test_a_listing_and_a_delete_finishing_an_orphan_do_not_deadlock(tmp_path: Pa
 
     # Meanwhile another process starts deleting x and dies with its intent durable.
     t0 = time.monotonic()
-    rc = subprocess.run([sys.executable, "-c", _DIE_AFTER_INTENT, str(root)]).returncode
+    rc = _delete_and_die(root, ["x"], "journal.tree.Tree.carry_out", "before")
     print("orphan-maker took", time.monotonic() - t0)
     assert rc == 9
     assert list((root / "txn").glob("delete-*")), "no orphaned intent left"
@@ -110,7 +133,7 @@ def test_a_read_only_store_leaves_a_dead_process_delete_alone(tmp_path: Path) ->
     root = tmp_path / "s"
     with journal.open(root) as store:
         store.save(Checkpoint.empty("x", owner_id="o"))
-    rc = subprocess.run([sys.executable, "-c", _DIE_AFTER_INTENT, str(root)]).returncode
+    rc = _delete_and_die(root, ["x"], "journal.tree.Tree.carry_out", "before")
     assert rc == 9
     intents = sorted(p.name for p in (root / "txn").glob("delete-*"))
     assert intents
@@ -127,3 +150,53 @@ def test_a_read_only_store_leaves_a_dead_process_delete_alone(tmp_path: Path) ->
         assert writer.load("x") is None
     assert not list((root / "txn").glob("delete-*"))
     assert not list((root / "sessions").iterdir())
+
+
+# --- the catalog records of a dead process's delete -------------------------------------
+
+
+def test_an_orphan_delete_record_that_failed_is_made_good_later(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with journal.open(root) as s:
+        s.save(Checkpoint.empty("x", owner_id="o"))
+        s.save(Checkpoint.empty("y", owner_id="o"))
+    live = journal.open(root)  # a long-lived reader/writer
+    assert _delete_and_die(root, ["x"], "journal.tree.Tree.carry_out", "before") == 9
+    dead_files = os.listdir(root / "procs")
+    assert dead_files, "the deleter's registration"
+    live.upkeep._last_reconcile = 0.0  # reaches inside: probe dead processes now
+    assert listed_ids(live) == {"y"}  # x is under the intent: hidden
+    print("procs/ after the live listing:", os.listdir(root / "procs"), "was", dead_files)
+    with lock_held_elsewhere(root / "catalog" / "LOCK"):
+        q = journal.open(root, lock_timeout=0.3)  # rolls the orphan forward
+        assert not list((root / "txn").glob("delete-*"))  # the delete is complete
+        print("q unannounced:", q.upkeep.unannounced())
+        q.close()
+    live.close()
+    with journal.open(root) as r:
+        assert r.load("x") is None
+        listed = listed_ids(r)
+    assert listed == {"y"}, f"a deleted session is listed for good: {listed}"
+
+
+def test_kill_after_catalog_delete_before_unlink(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with journal.open(root) as s:
+        s.save(Checkpoint.empty("p", owner_id="o"))
+        s.fork("p", 0, Checkpoint.empty("kid", owner_id="o"))
+        s.save(Checkpoint.empty("z", owner_id="o"))
+    assert _delete_and_die(root, ["p"], "journal.upkeep.Upkeep.catalog_forget", "after") == 9
+    assert list((root / "txn").glob("delete-*"))
+    with journal.open(root) as s:
+        assert not list((root / "txn").glob("delete-*"))
+        ids = {
+            x.session_id for x in s.list_sessions_page(journal.SessionPageRequest(limit=9)).sessions
+        }
+        assert ids == {"z"} and s.child_sessions("p") == []
+        assert s.load("p") is None and s.load("kid") is None
+        s.save(Checkpoint.empty("p", owner_id="o"))  # the id can be created again
+    with journal.open(root) as s:
+        ids = {
+            x.session_id for x in s.list_sessions_page(journal.SessionPageRequest(limit=9)).sessions
+        }
+        assert ids == {"z", "p"}

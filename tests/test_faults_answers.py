@@ -20,6 +20,7 @@ from helpers import checkpoint, execution, listed_sequences, warning
 
 import journal
 from journal import fsio
+from journal.errors import StorageError
 from journal.layout import dir_name
 
 
@@ -128,6 +129,48 @@ def test_save_whose_session_snapshot_cannot_be_written_returns(
     with journal.open(root) as again:
         loaded = again.load("s")
         assert loaded is not None and loaded.sequence == 3
+
+
+# Index files are flushed after the commit point, every few hundred entries: a full disk
+# there leaves the committed appends and saves acknowledged, and every read right, in
+# this process and in the next.
+APPENDS = 4500  # past the 4096 pending index entries that make a flush
+
+
+def test_index_flush_on_a_full_disk_fails_no_committed_call(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    root = tmp_path / "store"
+    store = journal.open(root, durability="os")
+    store.save(checkpoint("s", 0, [{"n": 0}]))
+    real = fsio.pwrite
+    refused: list[str] = []
+
+    def pwrite(fd: int, data: bytes, offset: int, path: str) -> None:
+        if path.endswith(".idx"):
+            refused.append(path)
+            raise StorageError(f"write failed on {path}: {errno.errorcode[errno.ENOSPC]}")
+        real(fd, data, offset, path)
+
+    monkeypatch.setattr(fsio, "pwrite", pwrite)
+    sequences = [
+        store.append_event("s", n, warning(f"e{n}").event).sequence for n in range(APPENDS)
+    ]
+    cp = store.load("s")
+    assert cp is not None
+    cp.sequence = 1
+    store.save(cp, [])
+    assert refused, "the appends reached an index flush"
+    assert sequences == list(range(1, APPENDS + 1))
+    assert [e.sequence for e in store.events_after("s", 0, APPENDS)] == sequences
+    monkeypatch.setattr(fsio, "pwrite", real)
+    store.close()
+    again = journal.open(root)
+    try:
+        assert [e.sequence for e in again.events_after("s", 0, APPENDS)] == sequences
+        assert again.load("s").sequence == 1  # type: ignore[union-attr]
+    finally:
+        again.close()
 
 
 # ------------------------------------------------ 2. os mode never makes a value unreadable

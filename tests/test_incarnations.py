@@ -1,17 +1,28 @@
 """A session deleted and created again under the same id is a new session everywhere.
 
-Found by review: a Store that had the old session open wrote into the new one from
-a stale position (or into the deleted file), and catalog records of a save could land
-after the delete's, listing a deleted session (and its executions) forever.
+A store that had the old session open sees the new one and writes into it (never
+into the deleted file, nor from the old one's position); a save's catalog records
+never land after the delete's (which would list a deleted session, and its
+executions, for good). A save of an id whose delete is still under way (between the
+delete's renames and the retiring of its intent) waits for that delete, then
+creates the id anew: the delete's catalog records cannot unlist it, nor a
+roll-forward after the deleter's death move it, acknowledged save and all, to the
+trash.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
-from helpers import execution, fold
+from helpers import execution, fold, listed_ids
 
 import journal
 from journal import Checkpoint, ExecutionStats, SessionPageRequest
@@ -140,3 +151,82 @@ def test_a_saves_catalog_record_cannot_land_after_a_delete(
         assert fresh.recent_executions(10) == []
     finally:
         fresh.close()
+
+
+# --- an id saved while its delete is under way ------------------------------------------
+
+# reaches inside: the deleter pauses inside its delete, after the renames are synced
+_SLOW_DELETER = textwrap.dedent(
+    """
+    import sys, time, journal
+    import journal.fsio as fsio
+    root, flag = sys.argv[1], sys.argv[2]
+    real = fsio.sync_all
+    def sync_all(*a, dirs=(), **k):
+        real(*a, dirs=dirs, **k)
+        if any(str(d).endswith("trash") for d in dirs):  # carry_out: renames synced
+            open(flag, "w").close()      # intent still there (catalog append next)
+            time.sleep(float(sys.argv[3]))  # e.g. waiting for the catalog lock
+    fsio.sync_all = sync_all
+    s = journal.open(root)
+    print(s.delete_sessions(["x"]), flush=True)
+    s.close()
+    """
+)
+
+
+def _deleting_x(root: Path, flag: Path, pause: float) -> subprocess.Popen[str]:
+    """Another process deleting "x", once it is between its renames and the retiring
+    of its intent (where it pauses `pause` seconds, as if waiting for the catalog's
+    lock); it prints what `delete_sessions` returned."""
+    d = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_DELETER, str(root), str(flag), str(pause)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while not flag.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    return d
+
+
+def test_an_id_saved_during_its_delete_is_listed_after_it(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with journal.open(root) as s:
+        s.save(Checkpoint.empty("x", owner_id="o"))
+    d = _deleting_x(root, tmp_path / "flag", pause=1)
+    with journal.open(root) as c:
+        c.save(Checkpoint.empty("x", owner_id="o"))  # returns: x (new) exists
+        print("right after its own save, load(x) =", c.load("x"))  # None: under the intent
+    out, _ = d.communicate(30)
+    assert out.strip() == "True"
+    with journal.open(root) as s:
+        present = s.load("x") is not None
+        listed = listed_ids(s)
+    print(f"after: load(x) present={present}; listed={listed}")
+    assert not present or "x" in listed, "x exists but is not listed"
+
+
+def test_an_id_saved_during_its_delete_survives_a_roll_forward(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with journal.open(root) as s:
+        s.save(Checkpoint.empty("x", owner_id="o"))
+    d = _deleting_x(root, tmp_path / "flag", pause=30)
+    c = journal.open(root)
+    cp = Checkpoint.empty("x", owner_id="o")
+    cp.metadata = {"acknowledged": True}
+    outcome: list[object] = []
+    saver = threading.Thread(target=lambda: outcome.append(c.save(cp)))
+    saver.start()  # waits for the delete of the old "x" to be done
+    saver.join(0.5)
+    assert saver.is_alive(), "a save of an id under a delete must wait for the delete"
+    os.kill(d.pid, signal.SIGKILL)  # the deleter dies before retiring its intent
+    d.wait(10)
+    saver.join(30)
+    assert outcome == [None]  # the orphan finished, then the save went through
+    c.close()
+    with journal.open(root) as s:
+        got = s.load("x")
+    print(f"after roll-forward: load(x) = {None if got is None else got.metadata}")
+    assert got is not None, "an acknowledged save was deleted by the orphan's roll-forward"

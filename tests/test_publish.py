@@ -288,8 +288,8 @@ def test_damage_in_the_first_commit_is_reported_never_discarded(
     """No complete commit can also mean damage: with data after it, that is an error.
 
     With the session's lock held elsewhere, opening cannot classify the bytes;
-    the store must then wait for the lock and check, not guess "unfinished"
-    (found by review: the session was moved to the trash).
+    the store must then wait for the lock and check, not guess "unfinished" (and
+    move the session to the trash).
     """
     root = tmp_path / "s"
     directory = _first_commit_damaged_with_data_after(root)
@@ -673,9 +673,9 @@ def test_a_session_in_use_is_not_closed_under_its_caller(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A call holding a session whose directory is deleted and created anew meanwhile
-    (by another process) must keep its own files: closing them under it let a
+    (by another process) must keep its own files: closing them under it would let a
     reused descriptor number make its lock "acquire" (and write its holder line
-    into) the new incarnation's segment (found by a stress test in review)."""
+    into) the new incarnation's segment."""
     root = tmp_path / "s"
     store, other = journal.open(root), journal.open(root)  # `other`: another process
     try:
@@ -796,7 +796,7 @@ def test_flush_keeps_the_sessions_it_writes_open(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another thread's call may push a session out of the cache while flush() is
-    writing its caches under its lock: it must not be closed under flush (review)."""
+    writing its caches under its lock: it must not be closed under flush."""
     from journal.session import Session
 
     store = journal.open(tmp_path / "s", max_open_sessions=1)

@@ -221,9 +221,9 @@ def _fill_tagged(store: journal.Store, tag: str, events: int = 200) -> None:
 def test_a_reader_never_reads_the_next_incarnation(tmp_path: Path, new_tag: str) -> None:
     """Deleted and created again by another process, over several segments: the old
     session's reader has only its newest segment open (it was opened from its
-    caches), and the oldest segment's path now holds the new session's. Its events
-    were answered as the old session's, or a spurious index rebuild from the new
-    log discarded the new session's index files (found by review)."""
+    caches), and the oldest segment's path now holds the new session's. The reader
+    never answers the new session's events as the old session's, and no index
+    rebuild from the new log discards the new session's index files."""
     root = tmp_path / "s"
     opts = {"durability": "os", "segment_bytes": 4096}
     writer = journal.open(root, **opts)

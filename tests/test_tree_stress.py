@@ -4,9 +4,9 @@ Every call may lose a race (a session deleted under it, an id created by someone
 else first), so `NotFoundError` and `ContractViolationError` are expected answers;
 anything else is a bug. Afterwards no file may be damaged (`journal verify`), no
 lock holder line may have landed in a data file, and the tree must be whole: every
-session listed loads, and every child's parent exists. This is the workload that
-found a session closed under a running call (a reused descriptor then wrote a lock
-holder line over a segment header) and delete races reported as damage.
+session listed loads, and every child's parent exists. So a session closed under a
+running call (a reused descriptor then writing a lock holder line over a segment
+header) fails it, and so does a delete race reported as damage.
 """
 
 from __future__ import annotations

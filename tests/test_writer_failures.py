@@ -1,12 +1,11 @@
 """Failures in the middle of a write must leave nothing a later call trusts wrongly.
 
-Found by a review of the writer's fast path: a roll that failed halfway left a
-writer the next (quiet) commit trusted; an interrupt after planning left an
-unwritten event in the journal rules; a catalog set aside by another process was
-followed from the wrong position; a save that re-created a deleted id stored a
-context prefix nobody had checked; a forked child closing an inherited store
-removed its parent's process registration. Each test fails on the code before
-its mend.
+Each test breaks one trust of the writer's fast path: a roll that fails halfway
+leaves no writer the next (quiet) commit trusts; an interrupt after planning
+leaves no unwritten event in the journal rules; a catalog set aside by another
+process is followed from its start; a save that re-creates a deleted id has its
+whole context checked; a forked child closing an inherited store keeps its
+parent's process registration.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""A re-check after a reboot that cannot settle every session (a lock held
-elsewhere, a kill part-way) is done again by the next open: BOOT is recorded
-only once the re-check is done, and what it could not settle is kept for later
-(found by review: the catalog kept a commit the log had lost, for good).
-The power loss is emulated as in test_catalog_truth.py: the disk as before the
+"""After a reboot the catalog is re-checked against the sessions' logs, and a re-check
+that cannot settle every session (a lock held elsewhere, a kill part-way) is done
+again by the next open: BOOT is recorded only once the re-check is done, and what
+it could not settle is kept for later, so the catalog never keeps a commit the log
+lost. The power loss is emulated as in test_catalog_truth.py: the disk as before the
 save of x@1, with the catalog as that save left it (the catalog ahead of x's log).
 """
 
@@ -82,7 +82,6 @@ _KILLED_DURING_RECHECK = textwrap.dedent(
 def test_a_boot_recheck_cut_short_by_a_kill_is_done_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Pre-existing ordering (BOOT is recorded before the re-check is done)."""
     root = _power_loss_root(tmp_path, monkeypatch)
     rc = subprocess.run([sys.executable, "-c", _KILLED_DURING_RECHECK, str(root)]).returncode
     assert rc == 9
