@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+# reaches inside: fault injection replaces the file-operation seam and fails catalog appends
 import journal
 from journal import (
     Checkpoint,

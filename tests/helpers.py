@@ -293,6 +293,15 @@ def listed_sequences(store: Store) -> dict[str, int]:
     return {sid: s.sequence for sid, s in listed(store).items()}
 
 
+def session_findings(directory: str) -> list[Any]:
+    """What `journal verify` finds in one session directory, every severity."""
+    from journal.inspect import verify_store
+
+    sessions = os.path.dirname(directory)
+    ((_, found),) = verify_store(os.path.dirname(sessions), [os.path.basename(directory)])
+    return found
+
+
 def session_identities(root: Path) -> dict[str, Any]:
     """Session id -> identity, for every directory under sessions/ (each identity must
     read): the sessions as the directories say, whatever the catalog lists."""

@@ -27,15 +27,19 @@ from typing import Any
 
 import msgspec
 
-from journal.errors import ContractViolationError, InvalidInputError, JournalError, NotFoundError
-from journal.types import (
-    SUPPORTED_CHECKPOINT_VERSIONS,
+# reaches inside: the model accepts the checkpoint versions the store supports
+from journal import (
     Checkpoint,
+    ContractViolationError,
     Event,
     ExecutionRecord,
+    InvalidInputError,
+    JournalError,
     JournalEvent,
+    NotFoundError,
     TimestampedEvent,
 )
+from journal.types import SUPPORTED_CHECKPOINT_VERSIONS
 
 TRANSIENT_KINDS = frozenset({"session_history", "session_resume_requested"})
 

@@ -17,7 +17,7 @@ import time
 import msgspec
 
 import journal
-from journal.types import Checkpoint, Event
+from journal import Checkpoint, Event
 
 
 class Op(msgspec.Struct):

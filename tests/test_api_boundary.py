@@ -11,8 +11,7 @@ from pathlib import Path
 
 import journal
 import journal.inspect as tools
-from journal.aio import open_async
-from journal.store import Store
+from journal import Store, open_async
 
 PACKAGE = Path(journal.__file__).parent
 CLI_MODULES = sorted(PACKAGE.glob("cli*.py"))

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from helpers import T0, warning_event
 
+# reaches inside: counts and fails the log's writes and syncs under a batch of appends
 import journal
 from journal import Checkpoint, Event, EventPageRequest, InvalidInputError, JournalEvent, fsio
 from journal.log import Log

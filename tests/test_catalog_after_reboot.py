@@ -18,13 +18,15 @@ import pytest
 from faults import catalog_outlived_a_save
 from helpers import listed_sequences, lock_held_elsewhere
 
+# reaches inside: the machine's boot id is what tells a reboot
 import journal
+import journal.catalog as jc
 from journal import Checkpoint
-from journal.layout import dir_name
+from journal.inspect import dir_name
 
 
 def _power_loss_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    import journal.catalog as jc
+    # reaches inside: the machine's boot id is what tells a reboot
 
     monkeypatch.setattr(jc, "boot_id", lambda: "before-the-power-loss")
     root = tmp_path / "s"
@@ -65,6 +67,7 @@ def test_an_unsettled_boot_recheck_is_done_again_by_the_next_open(
     assert listed == {"x": 0}, f"catalog still ahead of x's log after reopen: {listed}"
 
 
+# reaches inside: the child dies inside the re-check, after BOOT is recorded
 _KILLED_DURING_RECHECK = textwrap.dedent(
     """
     import os, sys, journal

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from helpers import checkpoint, listed_ids
 
+# reaches inside: splits the catalog's writes at the file-operation seam
 import journal
 from journal import fsio
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# reaches inside: the snapshot file, the records an open replays, the locks it takes
 import journal
-from journal import Checkpoint, SessionPageRequest
+from journal import Checkpoint, SessionPageRequest, catalog
 from journal.catalog import SNAPSHOT_FILE
+from journal.session import Session
 
 
 def _listing(root: Path) -> list[tuple[str, int]]:
@@ -31,9 +33,10 @@ def _fill(root: Path, sessions: int, saves: int) -> None:
 
 def _count_applied(monkeypatch) -> list[str]:  # type: ignore[no-untyped-def]
     """Record the session id of every catalog record applied from now on."""
-    from journal import catalog
+    # reaches inside: counts the catalog records an open replays
 
     applied: list[str] = []
+    # reaches inside: counts the catalog records an open replays
     original = catalog.Catalog._apply
 
     def counting(self, r, span=None):  # type: ignore[no-untyped-def]
@@ -69,7 +72,6 @@ def test_damaged_catalog_snapshot_is_ignored(tmp_path: Path) -> None:
 
 def test_open_after_a_short_tail_snapshots_it(tmp_path: Path, monkeypatch) -> None:
     """A writer that stopped below the snapshot threshold does not make every open replay."""
-    from journal import catalog
 
     root = tmp_path / "s"
     _fill(root, sessions=1, saves=1)
@@ -113,7 +115,7 @@ def test_a_clean_close_leaves_nothing_to_replay(tmp_path: Path, monkeypatch) -> 
 
 def test_close_after_reads_writes_nothing(tmp_path: Path, monkeypatch) -> None:
     """Closing a store that only read: no writer lock, no recovery scan, no cache write."""
-    from journal.session import Session
+    # reaches inside: counts the sessions that take their writer lock
 
     root = tmp_path / "s"
     _fill(root, sessions=3, saves=5)

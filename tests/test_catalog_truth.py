@@ -20,9 +20,14 @@ import pytest
 from faults import catalog_outlived_a_save, save_whose_catalog_append_fails
 from helpers import listed_ids, listed_sequences, lock_held_elsewhere
 
+# reaches inside: boot ids, paused deletes, failed refreshes, counted syncs and hashing
 import journal
+import journal.catalog as jc
+import journal.fsio as fsio
+import journal.store as js
+import journal.upkeep as ju
 from journal import Checkpoint
-from journal.layout import dir_name
+from journal.inspect import dir_name
 from journal.session import Session
 
 N = 120
@@ -234,8 +239,7 @@ def test_a_delete_does_not_hash_every_listed_session(
     """Finding unlisted children compares `sessions/` with the directory names the
     catalog keeps, instead of computing every listed id's directory name on each
     delete (a cost that grows with the number of sessions)."""
-    import journal.store as js
-    import journal.upkeep as ju
+    # reaches inside: counts the directory names a delete computes
 
     root = tmp_path / "s"
     store = journal.open(root)
@@ -269,7 +273,7 @@ def test_a_catalog_entry_that_outlived_a_lost_creation_is_dropped_after_reboot(
     open re-checks. Emulated: the disk as before the first save of "y", with the
     catalog as that save left it, in the same directory (same inode); the
     registration line was never synced either."""
-    import journal.catalog as jc
+    # reaches inside: the machine's boot id is what tells a reboot
 
     # Without a boot id, BOOT holds the same line before and after: only the rule
     # that every such open re-checks can drop the entry.
@@ -296,7 +300,6 @@ def test_without_a_boot_id_every_open_counts_as_after_a_reboot(
     """With a boot id, the BOOT line written by one open matches the next; without
     one (not Linux) a reboot cannot be told from a restart, so every open re-checks
     (by that rule, not by a BOOT line that never matches)."""
-    import journal.catalog as jc
 
     root = tmp_path / "s"
     monkeypatch.setattr(jc, "boot_id", lambda: "stable")
@@ -312,6 +315,7 @@ def test_without_a_boot_id_every_open_counts_as_after_a_reboot(
     assert (root / "catalog" / "BOOT").read_text() == jc.machine_and_place(str(root)).strip()
 
 
+# reaches inside: the child pauses inside its delete, after the intent
 _SLOW_DELETER = textwrap.dedent(
     """
     import sys, time, journal
@@ -369,7 +373,7 @@ def test_a_save_whose_catalog_append_fails_is_still_made_durable(tmp_path: Path)
     try:
         store.save(Checkpoint.empty("x", owner_id="o"))
         synced: list[str] = []
-        import journal.fsio as fsio
+        # reaches inside: records the syncs a failing catalog append leaves done
 
         real_sync = fsio.sync_data
 
@@ -444,7 +448,6 @@ def test_a_transient_error_while_reannouncing_is_tried_again(
 ) -> None:
     """One transient error (EMFILE) while re-deriving a missing entry keeps it
     for the next try, and the next open: it is not dropped for good."""
-    import journal.catalog as jc
 
     monkeypatch.setattr(jc, "boot_id", lambda: "same-boot")
     root = tmp_path / "s"

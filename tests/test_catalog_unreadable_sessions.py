@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
+# reaches inside: counts reconciliations; the boot id is what tells a reboot
 import journal
+import journal.catalog as jc
 import journal.upkeep
 from journal import Checkpoint
-from journal.layout import dir_name
+from journal.inspect import dir_name
 
 _WRITE_AND_DIE = textwrap.dedent(
     """
@@ -72,8 +74,6 @@ def test_without_a_boot_id_an_unreadable_session_is_not_reconciled_at_every_list
     """Where there is no boot id every open re-checks every session; a session
     that cannot be read for a lasting reason is a final answer, not kept for
     re-deriving: listings do not re-run the reconciliation for it each time."""
-    import journal.catalog as jc
-    from journal import Checkpoint
 
     root = tmp_path / "s"
     journal.open(root).close()
@@ -114,7 +114,6 @@ def test_without_a_boot_id_an_unreadable_session_is_not_reconciled_at_every_list
 def test_a_lasting_os_error_does_not_keep_the_reboot_recheck_open(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import journal.catalog as jc
 
     monkeypatch.setattr(jc, "boot_id", lambda: "boot-1")
     root = tmp_path / "s"
@@ -152,7 +151,6 @@ def test_a_lasting_os_error_does_not_grow_procs_without_a_boot_id(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Where there is no boot id (not Linux) every open re-checks: no reboot needed."""
-    import journal.catalog as jc
 
     monkeypatch.setattr(jc, "boot_id", lambda: "")
     root = tmp_path / "s"

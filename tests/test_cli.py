@@ -15,10 +15,17 @@ import msgspec
 import pytest
 from helpers import live_writer, run_cli, save_items
 
+# reaches inside: docs/cli.md is generated from the parser; the segment header places damage
 import journal
-from journal import Checkpoint, EventPageRequest, TranscriptPageRequest
+from journal import (
+    Checkpoint,
+    EventPageRequest,
+    ExecutionStats,
+    SessionPageRequest,
+    TranscriptPageRequest,
+)
 from journal.cli import render_docs
-from journal.layout import dir_name
+from journal.inspect import dir_name
 from journal.segment import SEGMENT_HEADER_SIZE
 
 REPO = Path(__file__).resolve().parent.parent
@@ -357,8 +364,6 @@ def test_compact_dry_run_then_real(tmp_path: Path) -> None:
 def test_repair_cut_also_corrects_the_catalog(tmp_path: Path) -> None:
     """What `repair --accept-loss` cuts is gone from listings and recent_executions too."""
     from helpers import execution, fold
-
-    from journal import ExecutionStats, SessionPageRequest
 
     root = tmp_path / "s"
     store = journal.open(root)

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 from helpers import live_writer, run_cli, save_items
 
+# reaches inside: the parser's options and a command failing inside the CLI
 import journal
-from journal import Checkpoint, Event
+from journal import Checkpoint, Event, cli, cli_read
+from journal.cli import build_parser
 
 CLI = [sys.executable, "-m", "journal.cli"]
 
@@ -95,7 +97,7 @@ def test_version() -> None:
 
 
 def test_every_option_has_help_text_and_its_default() -> None:
-    from journal.cli import build_parser
+    # reaches inside: every option of the parser is checked for help text
 
     parser = build_parser()
     for name, sp in parser.commands.items():
@@ -157,7 +159,6 @@ def test_demo_on_a_path_that_is_a_file_is_a_clean_error(tmp_path: Path) -> None:
 def test_an_unexpected_exception_is_one_line_exit_70(
     store_root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from journal import cli, cli_read
 
     def boom(args: object, out: object) -> int:
         raise RuntimeError("boom")

@@ -11,7 +11,7 @@ from helpers import run_cli, save_items
 
 import journal
 from journal import EventPageRequest
-from journal.layout import dir_name
+from journal.inspect import dir_name
 
 
 def _store(root: Path) -> None:

@@ -16,7 +16,7 @@ from helpers import child_script, run_cli, save_items
 
 import journal
 from journal import Checkpoint
-from journal.layout import dir_name
+from journal.inspect import dir_name
 
 CLI = [sys.executable, "-m", "journal.cli"]
 

@@ -11,7 +11,7 @@ from typing import Any
 from helpers import checkpoint, run_cli, warning
 
 import journal
-from journal.layout import dir_name
+from journal.inspect import dir_name
 
 SID = "hurt"
 

@@ -22,9 +22,7 @@ from journal import (
     TimestampedEvent,
     TranscriptPageRequest,
 )
-from journal.compact import compact_session
-from journal.layout import dir_name
-from journal.verify import SEVERITY_DATA, verify_session_dir
+from journal.inspect import compact_session, dir_name, first_damage
 
 SID = "long-session"
 
@@ -109,7 +107,7 @@ def test_compact_keeps_journals_and_retained_checkpoints(tmp_path: Path) -> None
         assert store.load(SID) == nxt
     finally:
         store.close()
-    assert not [f for f in verify_session_dir(directory)[1] if f.severity == SEVERITY_DATA]
+    assert first_damage(directory) is None
     # a second pass re-stubs nothing: only the checkpoint that the save above pushed
     # out of the newest five is new to drop
     # (it stays when it lies in the newest segment, which compact never touches)
@@ -120,7 +118,7 @@ def test_compact_keeps_journals_and_retained_checkpoints(tmp_path: Path) -> None
 
 COMPACTOR = """
 import sys
-from journal.compact import compact_session
+from journal.inspect import compact_session
 print("go", flush=True)
 compact_session(sys.argv[1], sys.argv[2], keep=int(sys.argv[3]))
 print("done", flush=True)
@@ -147,5 +145,5 @@ def test_compact_survives_sigkill(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         assert _journals(root) == before, f"round {round_} (seed {seed})"
-        found = [f for f in verify_session_dir(directory)[1] if f.severity == SEVERITY_DATA]
-        assert not found, found
+        found = first_damage(directory)
+        assert found is None, found

@@ -20,22 +20,24 @@ import msgspec
 import pytest
 from helpers import T0, event, incompressible, item, stamped
 
+# reaches inside: some tests check how checkpoints are stored, record by record (FORMAT.md)
 import journal
-from journal import payloads
-from journal.errors import ContractViolationError, InvalidInputError, JournalError
-from journal.log import KIND_SESSION, Log
-from journal.record import CHECKPOINT, Record
-from journal.scan import ScanState
-from journal.types import (
+import journal.inspect as tools
+from journal import (
     Checkpoint,
+    ContractViolationError,
     Event,
     EventPageRequest,
     ExecutionPageRequest,
     ExecutionRecord,
+    InvalidInputError,
+    JournalError,
     JournalEvent,
     TimestampedEvent,
     TranscriptPageRequest,
 )
+from journal.payloads import checkpoint_decoder
+from journal.record import CHECKPOINT
 
 OWNER = "owner-1"
 ADA = {"type": "user", "name": "ada"}
@@ -81,24 +83,15 @@ def events_by_seq(store: journal.Store, session_id: str) -> dict[int, JournalEve
     return {e.sequence: e for e in store.events_after(session_id, 0, 10_000)}
 
 
-def committed_records(store: journal.Store, session_id: str) -> list[list[Record]]:
+def committed_records(store: journal.Store, session_id: str) -> list[list[Any]]:
     """Every committed record group of a session's log, oldest first (read-only)."""
-    log = Log(
-        os.path.join(store.session_dir(session_id), "log"),
-        KIND_SESSION,
-        segment_bytes=64 << 20,
-        label=f"test {session_id}",
-    )
-    try:
-        return list(log.committed(0, ScanState(), strict=False))
-    finally:
-        log.close()
+    return list(tools.replay(store.session_dir(session_id)))
 
 
 def checkpoint_payloads(store: journal.Store, session_id: str) -> list[Any]:
     """Decode every committed checkpoint record of a session's log, oldest first."""
     return [
-        (rec, payloads.checkpoint_decoder.decode(rec.payload))
+        (rec, checkpoint_decoder.decode(rec.payload))
         for commit in committed_records(store, session_id)
         for rec in commit
         if rec.rtype == CHECKPOINT

@@ -29,25 +29,22 @@ import msgspec
 import pytest
 from helpers import T0, fold, item, warning_event
 
+# reaches inside: counts log reads, fails decoding, sets the clock, reads records on disk
 import journal
+import journal.inspect as tools
 import journal.log
 import journal.reads
 import journal.store
-from journal.errors import (
-    ContractViolationError,
-    InvalidInputError,
-    JournalError,
-    NotFoundError,
-)
-from journal.log import KIND_SESSION, Log
-from journal.record import CHECKPOINT
-from journal.scan import ScanState
-from journal.types import (
+from journal import (
     Checkpoint,
+    ContractViolationError,
     EventPageRequest,
     ExecutionPageRequest,
     ExecutionRecord,
     ExecutionStats,
+    InvalidInputError,
+    JournalError,
+    NotFoundError,
     SessionContext,
     SessionCursor,
     SessionPageRequest,
@@ -56,6 +53,9 @@ from journal.types import (
     TokenUsage,
     TranscriptPageRequest,
 )
+from journal.catalog import OP_UPSERT, CatalogRecord
+from journal.payloads import COMMIT_FORK, COMMIT_SAVE, DECODERS
+from journal.record import CHECKPOINT, COMMIT, FLAG_ZSTD
 
 OWNER = "owner-1"
 FLAVOURS = ["sync", "async"]
@@ -365,7 +365,7 @@ def test_blank_owner_rejected_on_save(store: Adapter, owner: str) -> None:
 
 def test_stored_blank_owner_is_an_error_when_listing(store: Adapter) -> None:
     """A catalog row with a blank owner (written behind the store's back) is not returned."""
-    from journal.catalog import OP_UPSERT, CatalogRecord
+    # reaches inside: writes a catalog record by hand
 
     store.save(checkpoint("s", 0))
     bad = SessionSummary(
@@ -557,11 +557,7 @@ def test_catalog_lists_session_whose_checkpoint_record_is_damaged(store: Adapter
     session_dir = store.raw.session_dir("s")
     store.close_store()
 
-    log = Log(os.path.join(session_dir, "log"), KIND_SESSION, segment_bytes=64 << 20, label="t")
-    try:
-        records = [r for c in log.committed(0, ScanState(), strict=False) for r in c]
-    finally:
-        log.close()
+    records = [r for c in tools.replay(session_dir) for r in c]
     target = [r for r in records if r.rtype == CHECKPOINT][-1]
     (segment,) = sorted(glob.glob(os.path.join(session_dir, "log", "*.seg")))
     offset = 32 + target.pos + target.size // 2  # inside the payload (the header JSON)
@@ -838,21 +834,21 @@ def test_fork_does_not_read_parent_history(store: Adapter, monkeypatch: pytest.M
     real_read_record = journal.log.Log.read_record
     real_read_record_at = journal.log.Log.read_record_at
 
-    def committed(self: Log, *args: Any, **kwargs: Any) -> Any:
+    def committed(self: journal.log.Log, *args: Any, **kwargs: Any) -> Any:
         for commit in real_committed(self, *args, **kwargs):
             reads.extend(self.label for _ in commit)
             yield commit
 
-    def read_records(self: Log, *args: Any, **kwargs: Any) -> Any:
+    def read_records(self: journal.log.Log, *args: Any, **kwargs: Any) -> Any:
         out = real_read_records(self, *args, **kwargs)
         reads.extend(self.label for _ in out)
         return out
 
-    def read_record(self: Log, *args: Any, **kwargs: Any) -> Any:
+    def read_record(self: journal.log.Log, *args: Any, **kwargs: Any) -> Any:
         reads.append(self.label)
         return real_read_record(self, *args, **kwargs)
 
-    def read_record_at(self: Log, *args: Any, **kwargs: Any) -> Any:
+    def read_record_at(self: journal.log.Log, *args: Any, **kwargs: Any) -> Any:
         reads.append(self.label)
         return real_read_record_at(self, *args, **kwargs)
 
@@ -992,9 +988,7 @@ def test_fork_of_deleted_child_then_new_child_ok(store: Adapter) -> None:
 def test_a_forks_first_commit_is_kind_2_and_not_compressed(tmp_path: Path) -> None:
     """FORMAT.md section 3: the child's first commit (its context twice) is stored as it
     is; the commits after it, and a first save's, are compressed as usual."""
-    from journal.payloads import COMMIT_FORK, COMMIT_SAVE, DECODERS
-    from journal.record import COMMIT, FLAG_ZSTD
-    from journal.sessiondir import open_log
+    # reaches inside: the commit kinds and compression flags on disk are what this test checks
 
     big = [{"role": "user", "content": f"item {i} " + "lorem ipsum dolor " * 40} for i in range(10)]
     store = journal.open(tmp_path / "s")
@@ -1019,19 +1013,15 @@ def test_a_forks_first_commit_is_kind_2_and_not_compressed(tmp_path: Path) -> No
 
     def commits(directory: str) -> list[list[tuple[int, int]]]:
         """Per commit: (type, zstd flag) of each record, then (COMMIT, commit kind)."""
-        log = open_log(directory)
-        try:
-            return [
-                [
-                    (r.rtype, DECODERS[COMMIT].decode(r.payload).kind)
-                    if r.rtype == COMMIT
-                    else (r.rtype, r.flags & FLAG_ZSTD)
-                    for r in records
-                ]
-                for records in log.committed(0, ScanState(), strict=True)
+        return [
+            [
+                (r.rtype, DECODERS[COMMIT].decode(r.payload).kind)
+                if r.rtype == COMMIT
+                else (r.rtype, r.flags & FLAG_ZSTD)
+                for r in records
             ]
-        finally:
-            log.close()
+            for records in tools.replay(directory)
+        ]
 
     first, second = commits(dirs["child"])
     assert first[-1] == (COMMIT, COMMIT_FORK)

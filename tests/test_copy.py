@@ -35,9 +35,9 @@ from helpers import (
     warning_event,
 )
 
+# reaches inside: a copy that caught a segment roll ends a segment with a SEAL
 import journal
-from journal.segment import SEAL_RECORD
-from journal.types import (
+from journal import (
     Checkpoint,
     EventPageRequest,
     ExecutionPageRequest,
@@ -45,6 +45,7 @@ from journal.types import (
     SessionSummary,
     TranscriptPageRequest,
 )
+from journal.segment import SEAL_RECORD
 
 pytestmark = [
     pytest.mark.slow,

@@ -27,12 +27,23 @@ import msgspec
 import pytest
 import zstandard
 from faults import flip_byte, truncate_file, zero_range
-from helpers import all_events, all_executions, checkpoint, execution, observe, warning
+from helpers import (
+    all_events,
+    all_executions,
+    checkpoint,
+    execution,
+    observe,
+    session_findings,
+    warning,
+)
 
+# reaches inside: damages chosen records, found by walking the frames; races verify's scan
 import journal
+import journal.scan as scan_module
 from journal import CorruptionError, EventPageRequest
 from journal.payloads import checkpoint_decoder, event_decoder
 from journal.record import CHECKPOINT, EVENT, EXECUTION, FLAG_COMMIT, FLAG_ZSTD, OK, parse_at
+from journal.segment import Segment
 
 SEGMENT_BYTES = 4096
 SAVES = 24
@@ -657,15 +668,14 @@ def test_verify_racing_a_live_writer_is_not_damage(tmp_path: Any, monkeypatch: A
     """verify reads zeros where the writer is about to append; by the time it looks at
     what follows, the writer has written there: a commit in progress, not "zeroed bytes
     followed by data" (seen once in CI with `journal verify` against a live writer)."""
-    import journal.scan as scan_module
-    from journal.segment import Segment
-    from journal.verify import verify_session_dir
+    # reaches inside: the live writer appends in the middle of verify's scan
 
     store = journal.open(tmp_path / "s", durability="os")
     try:
         store.save(checkpoint("a", 0, []))
         for n in range(5):
             store.append_event("a", 1_700_000_000_000 + n, warning(f"e{n}").event)
+        # reaches inside: the writer must append between the scan's two looks
         original = scan_module._all_zero
         raced: list[int] = []
 
@@ -677,7 +687,7 @@ def test_verify_racing_a_live_writer_is_not_damage(tmp_path: Any, monkeypatch: A
             return original(fd, seg, start, end)
 
         monkeypatch.setattr(scan_module, "_all_zero", writer_gets_there_first)
-        _, findings = verify_session_dir(store.session_dir("a"))
+        findings = session_findings(store.session_dir("a"))
         assert raced, "the scan never looked past the zeros at the end"
         assert findings == [], findings
     finally:

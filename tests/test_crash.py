@@ -37,6 +37,7 @@ from typing import Any
 import msgspec
 import pytest
 
+# reaches inside: a dead writer's half-done roll is made by hand, under its lock
 import journal
 from journal import Event, EventPageRequest, ExecutionPageRequest, TranscriptPageRequest
 from journal.layout import LOCK_FILE

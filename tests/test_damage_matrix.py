@@ -28,7 +28,7 @@ from helpers import checkpoint, run_cli, warning
 
 import journal
 from journal import JournalError
-from journal.layout import dir_name
+from journal.inspect import dir_name
 
 SID = "victim"
 OTHER = "bystander"
@@ -191,7 +191,7 @@ def test_damage_keeps_the_four_promises(
             assert got[-1].sequence > last, "a save re-issued event sequences"
         # salvage copies what is left into a healthy session
         if which != "first segment" and not (which == "only segment" and how == "missing"):
-            from journal.salvage import salvage_session
+            from journal.inspect import salvage_session
 
             report = salvage_session(store, SID, "rescued")
             assert report.events >= PREFIX

@@ -22,11 +22,13 @@ import pytest
 from faults import flip_byte
 from helpers import checkpoint
 
+# reaches inside: the DICT record and where the snapshot says it is (FORMAT.md section 3)
 import journal
 from journal import Event, EventPageRequest
 from journal import dictionary as jdict
-from journal.inspect import replay
-from journal.metafile import KIND_SNAPSHOT, read_meta
+from journal.inspect import SEVERITY_DATA, replay, verify_store
+from journal.jobs import at_low_priority
+from journal.metafile import KIND_SNAPSHOT, read_meta, write_meta
 from journal.record import (
     DICT,
     EVENT,
@@ -39,7 +41,6 @@ from journal.record import (
 )
 from journal.segment import SEGMENT_HEADER_SIZE
 from journal.sessionstate import Head
-from journal.verify import SEVERITY_DATA, verify_store
 
 SENTENCE = (
     "the build failed because the linker could not find libssl on the runner image so "
@@ -166,6 +167,7 @@ def test_every_way_in_reads_records_compressed_with_it(tmp_path: Path) -> None:
     # dictionary read from where the snapshot says
     with journal.open(root) as again:
         sess = again.open_sessions.get("s")
+        # reaches inside: what the session read from its snapshot is its own
         assert sess is not None and sess._snapshot_covered == head.covered > dict_pos
         assert sess.log.dictionary is not None and sess.log.dictionary.pos == dict_pos
         assert messages(again, "s") == texts
@@ -190,7 +192,7 @@ def test_every_way_in_reads_records_compressed_with_it(tmp_path: Path) -> None:
 
 
 def test_a_snapshot_that_names_no_dictionary_record_is_not_used(tmp_path: Path) -> None:
-    from journal.metafile import write_meta
+    # reaches inside: damages the snapshot's dictionary position
 
     root = tmp_path / "root"
     store, texts = trained_store(root)
@@ -311,7 +313,7 @@ def test_close_does_not_wait_for_a_training_in_progress(
 def test_at_low_priority_returns_raises_and_gives_up() -> None:
     import threading
 
-    from journal.jobs import at_low_priority
+    # reaches inside: the training job's priority is what this test checks
 
     assert at_low_priority(lambda: 41 + 1, lambda: False) == 42
     with pytest.raises(ZeroDivisionError):
@@ -516,6 +518,7 @@ def test_two_processes_share_the_first_dictionary_written(tmp_path: Path) -> Non
         assert sess is not None
         # Enough samples here; hold the training while another process trains and commits.
         for n in range(150):
+            # reaches inside: feeds the sampler directly, to hold the training
             sess._sample(json.dumps({"n": n, "m": text(random.Random(n))}).encode())
         out = subprocess.run(
             [sys.executable, "-c", CHILD, str(root), "s", str(Path(__file__).parent)],
@@ -674,9 +677,7 @@ def test_kill9_around_the_dictionary_loses_nothing_acknowledged(tmp_path: Path) 
 
 
 def test_compact_export_import_and_repair_keep_it_readable(tmp_path: Path) -> None:
-    from journal.bundle import export_sessions, import_bundle
-    from journal.compact import compact_session
-    from journal.loss import accept_loss
+    from journal.inspect import accept_loss, compact_session, export_sessions, import_bundle
 
     root = tmp_path / "root"
     rng = random.Random(4)

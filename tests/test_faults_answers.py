@@ -18,10 +18,10 @@ import pytest
 from faults import recording
 from helpers import checkpoint, execution, listed_sequences, warning
 
+# reaches inside: faults are injected at the file-operation seam
 import journal
-from journal import fsio
-from journal.errors import StorageError
-from journal.layout import dir_name
+from journal import StorageError, fsio
+from journal.inspect import dir_name
 
 
 class _FullFor(fsio.FileOps):

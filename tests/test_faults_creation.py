@@ -27,6 +27,7 @@ _CREATOR = textwrap.dedent(
     """
     import os, signal, sys
     import journal
+    # reaches inside: counts the file-system steps of a creation, to kill before each
     from journal import fsio
 
     root, kill_at = sys.argv[1], int(sys.argv[2])

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import checkpoint, listed_ids
 
+# reaches inside: faults are injected at the file-operation seam
 import journal
 from journal import fsio
 

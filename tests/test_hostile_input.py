@@ -23,14 +23,17 @@ import pytest
 from helpers import active_execution, event, incompressible, stamped
 
 import journal
-from journal.errors import ContractViolationError, InvalidInputError, JournalError, NotFoundError
-from journal.types import (
+from journal import (
     CHECKPOINT_VERSION,
     Checkpoint,
+    ContractViolationError,
     Event,
     EventPageRequest,
     ExecutionPageRequest,
     ExecutionRecord,
+    InvalidInputError,
+    JournalError,
+    NotFoundError,
     QueuedMessage,
     TranscriptPageRequest,
 )

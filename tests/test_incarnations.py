@@ -24,12 +24,12 @@ from pathlib import Path
 import pytest
 from helpers import execution, fold, listed_ids
 
+# reaches inside: pauses a delete and a save at the steps that race
 import journal
-from journal import Checkpoint, ExecutionStats, SessionPageRequest
-from journal.store import Store
+from journal import Checkpoint, ExecutionStats, SessionPageRequest, Store
+from journal.inspect import verify_store
 from journal.tree import Tree
 from journal.upkeep import Upkeep
-from journal.verify import verify_store
 
 
 def _cp(sid: str, seq: int, note: str) -> Checkpoint:

@@ -17,9 +17,11 @@ from typing import Any
 import msgspec
 import pytest
 from faults import truncate_file
-from helpers import all_events, checkpoint, warning
+from helpers import all_events, checkpoint, session_findings, warning
 
+# reaches inside: damages and checks segments frame by frame; races verify's scan
 import journal
+import journal.scan as scan_module
 from journal import CorruptionError, EventPageRequest
 from journal.record import EVENT, OK, SEAL, parse_at
 from journal.segment import SEAL_RECORD, SEAL_SIZE
@@ -234,7 +236,7 @@ def test_interrupted_roll_is_finished_not_reported(tmp_path: Any) -> None:
 def test_accept_loss_continues_numbering_after_everything_handed_out(
     copy: tuple[str, int],
 ) -> None:
-    from journal.loss import accept_loss, loss_notes
+    from journal.inspect import accept_loss, loss_notes
 
     root, last = copy
     store = journal.open(root, segment_bytes=SEGMENT_BYTES)
@@ -288,7 +290,7 @@ def test_accept_loss_continues_numbering_after_everything_handed_out(
 
 
 def test_accept_loss_refuses_a_healthy_session(copy: tuple[str, int]) -> None:
-    from journal.loss import accept_loss
+    from journal.inspect import accept_loss
 
     root, _ = copy
     before = {p: Path(p).read_bytes() for p in segments(root)}
@@ -300,7 +302,7 @@ def test_accept_loss_refuses_a_healthy_session(copy: tuple[str, int]) -> None:
 def test_accept_loss_of_a_middle_segment_keeps_the_later_ones_aside(
     copy: tuple[str, int],
 ) -> None:
-    from journal.loss import accept_loss
+    from journal.inspect import accept_loss
 
     root, last = copy
     segs = segments(root)
@@ -322,7 +324,7 @@ def test_accept_loss_of_a_middle_segment_keeps_the_later_ones_aside(
 # ------------------------------------------------------------------------ salvage
 def test_salvage_copies_commits_after_a_hole(copy: tuple[str, int]) -> None:
     """A flipped byte mid-log: salvage copies the commits before and after it."""
-    from journal.salvage import salvage_session
+    from journal.inspect import salvage_session
 
     root, last = copy
     store = journal.open(root, segment_bytes=SEGMENT_BYTES)
@@ -361,7 +363,7 @@ def test_salvage_copies_commits_after_a_hole(copy: tuple[str, int]) -> None:
 
 
 def test_salvage_refuses_an_existing_target(copy: tuple[str, int]) -> None:
-    from journal.salvage import salvage_session
+    from journal.inspect import salvage_session
 
     root, _ = copy
     store = journal.open(root, segment_bytes=SEGMENT_BYTES)
@@ -378,9 +380,7 @@ def test_numbering_survives_export_import_and_compaction_after_a_loss(
     copy: tuple[str, int], tmp_path: Path
 ) -> None:
     """The LOSS record travels with the log: a copy elsewhere never re-issues either."""
-    from journal.bundle import export_sessions, import_bundle
-    from journal.compact import compact_session
-    from journal.loss import accept_loss
+    from journal.inspect import accept_loss, compact_session, export_sessions, import_bundle
 
     root, last = copy
     os.unlink(segments(root)[-1])
@@ -410,10 +410,11 @@ def test_numbering_survives_export_import_and_compaction_after_a_loss(
         store.close()
 
 
+# reaches inside: the child counts file-system steps at the seam, to die before each
 KILLED_ACCEPT = r"""
 import os, signal, sys
 from journal import fsio
-from journal.loss import accept_loss
+from journal.inspect import accept_loss
 
 budget = int(sys.argv[3])
 calls = 0
@@ -444,7 +445,7 @@ def test_accept_loss_killed_at_every_step_is_finished_by_the_next_run(
     import subprocess
     import sys
 
-    from journal.loss import accept_loss
+    from journal.inspect import accept_loss
 
     src, last = pristine
     finished_at = None
@@ -488,7 +489,7 @@ def test_accept_loss_killed_at_every_step_is_finished_by_the_next_run(
 def test_salvage_copies_transcripts_and_executions(tmp_path: Path) -> None:
     from helpers import all_batches, all_executions, execution
 
-    from journal.salvage import salvage_session
+    from journal.inspect import salvage_session
 
     root = str(tmp_path / "store")
     store = journal.open(root)
@@ -517,7 +518,7 @@ def test_a_store_open_across_an_accepted_loss_refuses_its_writes(tmp_path: Path)
     """A long-lived store whose session a person repaired meanwhile (the log cut,
     a LOSS record appended, by another process under the session's lock) must not
     append at its old end: that left a hole after the LOSS record."""
-    from journal.loss import accept_loss
+    from journal.inspect import accept_loss
 
     root = str(tmp_path / "store")
     store = journal.open(root, segment_bytes=1 << 20)
@@ -550,8 +551,8 @@ def test_a_reader_racing_a_roll_sees_no_gap(
     """A scan that read a full segment's size before the writer appended its SEAL,
     and looks at the next segment after the writer committed into it, reads the
     segment again instead of reporting missing positions."""
-    import journal.scan as scan_module
-    from journal.verify import SEVERITY_DATA, verify_session_dir
+    # reaches inside: the writer rolls in the middle of verify's scan
+    from journal.inspect import SEVERITY_DATA
 
     root = str(tmp_path / "store")
     build(root, saves=12)
@@ -563,6 +564,7 @@ def test_a_reader_racing_a_roll_sees_no_gap(
     truncate_file(newest, 32)
     for name in ["events.idx", "checkpoints.idx", "transcripts.idx", "executions.idx", "snapshot"]:
         os.unlink(os.path.join(session_dir(root), name))
+    # reaches inside: the roll must land between the scan's two looks
     real = scan_module._just_created
     fired: list[bool] = []
 
@@ -574,7 +576,7 @@ def test_a_reader_racing_a_roll_sees_no_gap(
         return real(seg)
 
     monkeypatch.setattr(scan_module, "_just_created", writer_goes_on)
-    _, findings = verify_session_dir(session_dir(root))
+    findings = session_findings(session_dir(root))
     assert fired
     assert [f for f in findings if f.severity == SEVERITY_DATA] == []
 
@@ -585,8 +587,7 @@ def test_plain_repair_refuses_a_loss_and_keeps_its_evidence(
 ) -> None:
     """Issue 15, case 1: repair said "nothing to cut" and deleted the caches, the one
     piece of evidence, after which verify said ok and sequences were handed out again."""
-    from journal.repair import repair_session
-    from journal.verify import SEVERITY_DATA, verify_session_dir
+    from journal.inspect import SEVERITY_DATA, repair_session
 
     root, last = copy
     if damage == "newest segment removed":
@@ -597,6 +598,6 @@ def test_plain_repair_refuses_a_loss_and_keeps_its_evidence(
     report = repair_session(session_dir(root), SID)
     assert "--accept-loss" in report.refused and "salvage" in report.refused
     assert sorted(p.name for p in Path(session_dir(root)).iterdir() if p.is_file()) == caches
-    _, findings = verify_session_dir(session_dir(root))
+    findings = session_findings(session_dir(root))
     assert [f.severity for f in findings] == [SEVERITY_DATA]  # one damage, one finding
     assert_damaged_and_refuses_writes(root, last)

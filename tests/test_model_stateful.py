@@ -60,15 +60,17 @@ from hypothesis.stateful import (
 from model_contract import Model, SessionModel, clone_checkpoint
 
 import journal
-from journal.errors import ContractViolationError, InvalidInputError, NotFoundError
-from journal.types import (
+from journal import (
     Checkpoint,
+    ContractViolationError,
     Event,
     EventPageRequest,
     ExecutionPageRequest,
     ExecutionRecord,
     ExecutionStats,
+    InvalidInputError,
     JournalEvent,
+    NotFoundError,
     QueuedMessage,
     SessionContext,
     SessionPageRequest,

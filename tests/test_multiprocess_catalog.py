@@ -52,10 +52,11 @@ from helpers import (
     writer_store,
 )
 
+# reaches inside: kills right after a commit, before its catalog append; probes a lock
 import journal
 import journal.catalog
 import journal.locks
-from journal.types import (
+from journal import (
     ExecutionPageRequest,
     SessionCursor,
     SessionPageRequest,
@@ -482,6 +483,7 @@ def test_registration_never_found_unlocked(tmp_path: Path, monkeypatch: pytest.M
     procs = str(root / "procs")
     found: list[Any] = []
     probing: list[bool] = []
+    # reaches inside: the probe must run while a registration's lock is being made
     real_open = journal.locks.FileLock._open
 
     def probing_open(self: Any) -> int:

@@ -23,8 +23,8 @@ pytest.importorskip("agents")
 
 from openai_agents_crash_child import add_until_killed
 
+from journal.inspect import verify_store
 from journal.integrations.openai_agents import JournalSession
-from journal.verify import verify_store
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="needs fork and SIGKILL")
 

@@ -39,6 +39,7 @@ def test_core_and_cli_work_without_the_frameworks(tmp_path: Path) -> None:
         import sys
         import journal
         from journal import Checkpoint, Event
+        # reaches inside: the console script's entry point (pyproject's project.scripts)
         from journal.cli import main
         store = journal.open("store")
         store.save(Checkpoint.empty("s"))

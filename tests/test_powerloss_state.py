@@ -20,7 +20,7 @@ from harness import probe, verify
 from mount import mounted
 
 import journal
-from journal.layout import dir_name
+from journal.inspect import dir_name
 
 pytestmark = pytest.mark.slow
 

@@ -22,16 +22,18 @@ from typing import Any
 import pytest
 from faults import record_stats_and_writes, recording
 
+# reaches inside: pauses, fails and counts publishing's steps where other processes land
 import journal
 import journal.upkeep
 from journal import Checkpoint, Event, fsio
+from journal.inspect import verify_store
 from journal.layout import LOCK_FILE, LOG_DIR
 from journal.locks import FileLock
 from journal.opened import OpenSessions
 from journal.segment import SEGMENT_HEADER_SIZE
 from journal.session import Session
+from journal.sessionstate import SessionOptions
 from journal.tree import Tree
-from journal.verify import verify_store
 
 
 def _child(sid: str) -> Checkpoint:
@@ -682,6 +684,7 @@ def test_a_session_in_use_is_not_closed_under_its_caller(
         store.save(Checkpoint.empty("x"))
         reached, go = threading.Event(), threading.Event()
         fds: list[int] = []
+        # reaches inside: holds the lock attempt open while the session is recreated
         original = FileLock._try_lock
 
         def paused(self: FileLock, fd: int) -> bool:
@@ -757,8 +760,6 @@ def test_a_session_deleted_while_being_opened_or_locked_is_just_gone(
     """Another process's delete can move a directory away at any moment: between
     finding it and reading its identity, or before its lock file is opened. That
     is "not found", never damage or a storage failure (found by a stress test)."""
-    from journal.session import Session
-    from journal.sessionstate import SessionOptions
 
     root = tmp_path / "s"
     store = journal.open(root)
@@ -777,6 +778,7 @@ def test_a_session_deleted_while_being_opened_or_locked_is_just_gone(
     finally:
         sess.close()
 
+    # reaches inside: the directory must vanish between finding and reading it
     original = Session._read_identity
 
     def vanish_first(self: Session) -> Any:
@@ -797,7 +799,6 @@ def test_flush_keeps_the_sessions_it_writes_open(
 ) -> None:
     """Another thread's call may push a session out of the cache while flush() is
     writing its caches under its lock: it must not be closed under flush."""
-    from journal.session import Session
 
     store = journal.open(tmp_path / "s", max_open_sessions=1)
     try:
@@ -865,9 +866,6 @@ def test_an_unreadable_session_directory_is_a_storage_error_not_a_deletion(
     """Only a missing file means "deleted"; any other failure to look is reported."""
     import errno
 
-    from journal.session import Session
-    from journal.sessionstate import SessionOptions
-
     store = journal.open(tmp_path / "s")
     try:
         store.save(Checkpoint.empty("a"))
@@ -896,7 +894,6 @@ def test_closing_the_store_under_running_calls(
 ) -> None:
     """close() must not close a session a running call uses (the call closes it when
     it ends), and a call that began before close() must not leave a session open."""
-    from journal.session import Session
 
     root = tmp_path / "s"
     with journal.open(root) as store:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from helpers import T0, execution, warning
 
+# reaches inside: counts the records each read takes from disk, and tests the cache itself
 import journal
 from journal import (
     Checkpoint,
@@ -29,6 +30,7 @@ def _event(n: int, width: int = 200) -> Event:
 def _count_disk_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Record how many records each read of the log takes from disk."""
     reads: list[int] = []
+    # reaches inside: counts the records each read takes from disk
     original = Log._read_spans
 
     def counting(self: Log, spans: list[tuple[int, int]]) -> Any:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from helpers import T0
 
+# reaches inside: counts the refreshes a reader makes
 import journal
 from journal import Checkpoint, Event, EventPageRequest, InvalidInputError, NotFoundError
 from journal.session import Session

@@ -15,11 +15,13 @@ import msgspec
 import pytest
 from helpers import execution, fold
 
+# reaches inside: the execution copies in the catalog log are what it checks and damages
 import journal
-from journal import Checkpoint, ExecutionStats
-from journal.catalog import OP_EXECUTION, SNAPSHOT_FILE, CatalogRecord
+from journal import Checkpoint, ExecutionStats, Store
+from journal.catalog import OP_EXECUTION, SNAPSHOT_FILE, CatalogRecord, _decode
+from journal.log import KIND_CATALOG, Log
 from journal.record import HEADER_SIZE
-from journal.store import Store
+from journal.scan import ScanState
 
 SESSIONS = 30
 
@@ -112,6 +114,7 @@ def test_copies_survive_a_reopen_through_the_snapshot(
     opened = _count_session_reads(monkeypatch)
     store = journal.open(root, read_only=True)
     try:
+        # reaches inside: whether the open read the snapshot is the catalog's own
         assert store.catalog._snapshot_covered > 0, "the snapshot was not used"
         assert _answer(store, 50) == expected
         assert opened == []
@@ -191,9 +194,6 @@ def test_catalog_records_of_a_save_are_upsert_then_copy(tmp_path: Path) -> None:
     """The on-disk shape FORMAT.md describes: op 1 with the key, then op 4 with the body."""
     root = tmp_path / "s"
     _fill(root, sessions=1, turns=1)
-    from journal.catalog import _decode
-    from journal.log import KIND_CATALOG, Log
-    from journal.scan import ScanState
 
     log_dir = os.path.join(root, "catalog", "log")
     log = Log(log_dir, KIND_CATALOG, segment_bytes=1 << 20, label="catalog")

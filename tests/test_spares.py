@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from helpers import exit_code_of_child
 
+# reaches inside: the spare directories' files and sizes are what these tests check
 import journal
 from journal import Checkpoint, EventPageRequest, jobs, sessiondir, spares
+from journal.inspect import verify_store
 from journal.layout import IDENTITY_FILE
 from journal.segment import SEGMENT_HEADER_SIZE
 from journal.session import Session
 from journal.sessiondir import SPARE_IDENTITY_BYTES, SPARE_SEGMENT_ZEROS
-from journal.verify import verify_store
 
 
 def _spares_on_disk(root: Path) -> list[str]:

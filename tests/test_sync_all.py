@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import exit_code_of_child
 
+# reaches inside: these are tests of fsio.sync_all itself
 import journal
 from journal import Checkpoint, StorageError, fsio
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+# reaches inside: these are tests of the tree's intent cache itself
 from journal.tree import DeleteIntent, Tree
 
 

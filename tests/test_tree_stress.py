@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import journal
-from journal.verify import SEVERITY_DATA, verify_store
+from journal.inspect import SEVERITY_DATA, verify_store
 
 SEED = int(os.environ.get("JOURNAL_STRESS_SEED", random.randrange(1 << 30)))
 PROCS, THREADS, SECONDS = 3, 3, 4.0

@@ -12,19 +12,23 @@ import helpers
 import msgspec
 import pytest
 
-from journal.errors import ContractViolationError, InvalidInputError, JournalError
-from journal.types import (
+# reaches inside: these are tests of the validation rules themselves, one per rule
+from journal import (
     Checkpoint,
+    ContractViolationError,
     Event,
     ExecutionRecord,
     ExecutionStats,
+    InvalidInputError,
+    JournalError,
     QueuedMessage,
     SessionContext,
     TokenUsage,
+    check_json_value,
+    validate_session_id,
 )
 from journal.validate import (
     MAX_JSON_DEPTH,
-    check_json_value,
     validate_checkpoint,
     validate_event,
     validate_execution,
@@ -33,7 +37,6 @@ from journal.validate import (
     validate_limit,
     validate_owner_id,
     validate_sequence,
-    validate_session_id,
     validate_timestamp,
 )
 
@@ -731,6 +734,7 @@ _json_like = st.recursive(
 )
 
 
+# reaches inside: the fast check and the precise walk are compared with each other
 @settings(max_examples=400, deadline=None)
 @given(_json_like)
 def test_fast_json_check_never_accepts_what_the_precise_walk_rejects(value: Any) -> None:
@@ -749,6 +753,7 @@ def test_fast_json_check_never_accepts_what_the_precise_walk_rejects(value: Any)
         assert not precise_ok
 
 
+# reaches inside: the fast check itself must stop at the depth limit and at cycles
 def test_fast_json_check_bounds_depth_and_cycles() -> None:
     deep: Any = []
     for _ in range(_validate.MAX_JSON_DEPTH + 5):

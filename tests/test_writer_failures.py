@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 from helpers import delta, warning_event
 
+# reaches inside: fails writes at the file-operation seam and watches the writer's segment
 import journal
 from journal import Checkpoint, Event, EventPageRequest, SessionPageRequest, fsio
 from journal import log as log_module
 from journal import writes as session_module
-from journal.verify import verify_store
+from journal.inspect import verify_store
 
 
 def _appends_until_a_roll(store: journal.Store, sid: str, limit: int = 400) -> int:
@@ -33,6 +34,7 @@ def _appends_until_a_roll(store: journal.Store, sid: str, limit: int = 400) -> i
     sess = store.open_sessions.peek(sid)
     assert sess is not None
     for n in range(limit):
+        # reaches inside: where the writer's segment ends is its own
         w = sess.log._writer
         if w is not None and w.data_end - w.seg.base >= store.options.segment_bytes:
             return n

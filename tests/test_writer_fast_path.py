@@ -25,13 +25,15 @@ from helpers import delta, stamped, warning_event
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+# reaches inside: the fast path's rules, lock and index reads are what these tests check
 import journal
 from journal import Checkpoint, Event, EventPageRequest, eventrules, fsio
 from journal.eventrules import EventRules
+from journal.index import Index
+from journal.inspect import verify_store
 from journal.layout import LOCK_FILE
 from journal.locks import FileLock
 from journal.session import Session
-from journal.verify import verify_store
 
 STEP = "step-1"
 
@@ -309,6 +311,7 @@ def test_a_delete_here_refuses_the_append_that_was_waiting_for_the_lock(
     if not trash_emptied:
         store.tree.empty_trash_soon = lambda: None  # type: ignore[method-assign]
     reached, gate = threading.Event(), threading.Event()
+    # reaches inside: pauses the writer between taking the lock and trusting it
     original = Session._acquire_writer
 
     def paused(self: Session) -> None:
@@ -369,6 +372,7 @@ def test_a_dead_deleters_intent_dooms_the_session_for_a_quiet_writer(tmp_path: P
         code = textwrap.dedent(
             """
             import os, sys, journal
+            # reaches inside: a dead deleter's intent is written by hand
             from journal import tree
             store = journal.open(sys.argv[1], durability="os")
             def die(self, path, intent, **kwargs):
@@ -397,7 +401,7 @@ def test_a_point_read_checks_only_the_index_entries_it_needs(
 ) -> None:
     """`events_after(s - 1, 1)` reads one flushed index entry, not a whole block of
     256 (each entry is unpacked and checked in Python: a point read cost 0.2 ms)."""
-    from journal.index import Index
+    # reaches inside: counts the index entries a point read takes
 
     store = journal.open(tmp_path / "s", durability="os")
     try:
@@ -409,6 +413,7 @@ def test_a_point_read_checks_only_the_index_entries_it_needs(
         store.close()
         store = journal.open(tmp_path / "s", durability="os")  # the index is flushed now
         read: list[int] = []
+        # reaches inside: counts the index entries a point read takes
         original = Index._read_flushed
 
         def counting(self: Index, lo: int, stop: int) -> list[tuple[int, int, int, int]]:
