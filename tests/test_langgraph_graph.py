@@ -134,8 +134,10 @@ def test_interrupt_kill_resume_time_travel(tmp_path: Path) -> None:
 
     # Both branches exist; the new one is the thread's head; the old one is intact.
     head = graph.get_state(cfg)
-    assert contents(head.values) == ["HumanMessage:human-0:add things up",
-                                     "AIMessage:ai-0:never mind"]
+    assert contents(head.values) == [
+        "HumanMessage:human-0:add things up",
+        "AIMessage:ai-0:never mind",
+    ]
     after = list(graph.get_state_history(cfg))
     by_id = {s.config["configurable"]["checkpoint_id"]: s for s in after}
     for cid in original_ids:
@@ -143,12 +145,14 @@ def test_interrupt_kill_resume_time_travel(tmp_path: Path) -> None:
         assert contents(by_id[cid].values) == original_values[cid]
     fp_id = fork_point.config["configurable"]["checkpoint_id"]
     children = [
-        s for s in after
+        s
+        for s in after
         if s.parent_config and s.parent_config["configurable"]["checkpoint_id"] == fp_id
     ]
     assert len(children) == 2, "the fork point should have two children: old and new branch"
-    old_final = graph.get_state({"configurable": {**cfg["configurable"],
-                                                  "checkpoint_id": original_ids[0]}})
+    old_final = graph.get_state(
+        {"configurable": {**cfg["configurable"], "checkpoint_id": original_ids[0]}}
+    )
     assert old_final.values["messages"][-1].content == "total=18"
 
     # The branch replaced a message: the saver started a new context epoch for it.
