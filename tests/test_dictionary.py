@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from helpers import checkpoint
 import journal
 from journal import Event, EventPageRequest
 from journal import dictionary as jdict
-from journal.inspect import SEVERITY_DATA, replay, verify_store
+from journal.inspect import SEVERITY_DATA, replay, session_path, verify_store
 from journal.jobs import at_low_priority
 from journal.metafile import KIND_SNAPSHOT, read_meta, write_meta
 from journal.record import (
@@ -642,26 +643,85 @@ def expected_message(n: int) -> str:
     return chat_event(random.Random(n - 1), n - 1).msg["message"]
 
 
+def _acknowledged(ack: Path) -> int:
+    """The newest sequence in the ack file (0: none yet); only whole lines count."""
+    data = ack.read_bytes() if ack.exists() else b""
+    lines = data[: data.rfind(b"\n") + 1].split()
+    return int(lines[-1]) if lines else 0
+
+
+def _log_flags(root: Path, sid: str) -> list[tuple[int, int]]:
+    """(type, flags) of every committed record, read from the session's log as it is
+    now (while a writer appends)."""
+    directory = session_path(str(root), sid)
+    return [(rec.rtype, rec.flags) for commit in replay(directory) for rec in commit]
+
+
+def _has_dictionary(root: Path, sid: str) -> bool:
+    return any(rtype == DICT for rtype, _ in _log_flags(root, sid))
+
+
+def _dictionary_compressed(root: Path, sid: str) -> int:
+    return sum(1 for _, flags in _log_flags(root, sid) if flags & FLAG_DICT)
+
+
+def _wait_until(
+    ready: Callable[[], bool], proc: subprocess.Popen[bytes], what: str, every: float = 0.005
+) -> None:
+    """Poll `ready` every `every` seconds until it holds; fail if the writer exits or
+    it takes 120 s."""
+    deadline = time.monotonic() + 120
+    while not ready():
+        assert proc.poll() is None, f"the writer exited ({proc.returncode}) before {what}"
+        assert time.monotonic() < deadline, f"no {what} within 120 s"
+        time.sleep(every)
+
+
 @pytest.mark.skipif(os.name != "posix", reason="needs SIGKILL")
 def test_kill9_around_the_dictionary_loses_nothing_acknowledged(tmp_path: Path) -> None:
     """Writers killed with SIGKILL while they sample, train, write the DICT record and
-    compress with it: every acknowledged event survives, exactly as written."""
+    compress with it: every acknowledged event survives, exactly as written.
+
+    A writer samples about its first 130 events (~250 bytes each), trains in the
+    background while it appends, commits the DICT record, then compresses. Kills
+    come after a random number of acknowledged events (1 to 400), so they land in
+    any of those phases; the fourth writer lives until the DICT record is in the
+    log and is killed 0 to 50 events later; the last, once the log holds well over
+    100 dictionary-compressed records. Where kills land depends on the writers'
+    progress, not on the machine's speed."""
     root = tmp_path / "root"
     journal.open(root).close()
     ack = tmp_path / "ack"
     rng = random.Random(int(os.environ.get("JOURNAL_CRASH_SEED", "77")))
     here = str(Path(__file__).parent)
     acked = 0
-    for k in range(8):
+    kills = 8
+    for k in range(kills):
         proc = subprocess.Popen(
             [sys.executable, "-c", KILLED_WRITER, str(root), "s", here, str(ack)],
             stderr=subprocess.PIPE,
         )
-        time.sleep(0.3 + rng.random() * 0.7)  # imports, then appends (~1 ms each)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        lines = ack.read_text().split() if ack.exists() else []  # killed during its imports
-        acked = int(lines[-1]) if lines else acked
+        try:
+            start, more = acked, rng.randint(1, 400)
+            if k == 3:
+                _wait_until(lambda: _has_dictionary(root, "s"), proc, "a DICT record", 0.05)
+                start, more = _acknowledged(ack), rng.randint(0, 50)
+            target = start + more
+            _wait_until(lambda t=target: _acknowledged(ack) >= t, proc, f"{more} more acks")
+            if k == kills - 1:
+                _wait_until(
+                    lambda: _dictionary_compressed(root, "s") >= 120,
+                    proc,
+                    "120 dictionary-compressed records",
+                    0.1,  # (each look reads the whole log)
+                )
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            assert proc.stderr is not None
+            proc.stderr.close()
+        acked = max(acked, _acknowledged(ack))
+        print(f"kill {k}: {more} more acks, {acked} in all")
         with journal.open(root) as store:
             got = messages(store, "s")
             assert len(got) >= acked, f"kill {k}: {len(got)} events, {acked} acknowledged"
