@@ -477,7 +477,7 @@ class Log:
         now, durably, if it has none: zeros after the data, fdatasynced, so that the
         next commits overwrite allocated space (see the module doc) and none of them
         pays for the step and the new file size in its own sync. For a session just
-        created without a spare (`Store._warm`, in the background)."""
+        created without a spare (the store warms it in the background)."""
         w = self._writer
         if w is None or w.poisoned or not self.preallocate or w.alloc_end > w.data_end:
             return

@@ -219,7 +219,7 @@ class Staged(Generic[T]):
         `announce` (the catalog entry) runs after the rename, while `sessions/` is
         synced, and under the new session's lock: a delete takes that lock before
         it writes its own catalog record, so the entry can never land after that
-        record and list a deleted session (see `Store._save_existing`).
+        record and list a deleted session (as for a save: `Session.save`'s `on_commit`).
         """
         parent = os.path.dirname(self.path)
         # The new session's write lock is held until its name is durable: no other
