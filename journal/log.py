@@ -91,7 +91,7 @@ class Log:
         self._fds: dict[str, int] = {}
         # Files opened by path so far, and when each cached one was: a read that
         # opened one after its session's checks may have opened another
-        # incarnation's file (`Store._read`, `forget_opened_since`).
+        # incarnation's file (`reader.read_session`, `forget_opened_since`).
         self.opened = 0
         self._opened_at: dict[str, int] = {}
         self._retired: list[int] = []  # replaced descriptors, closed with the log
