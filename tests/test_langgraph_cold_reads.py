@@ -30,6 +30,8 @@ from langgraph_checks import cfg, same
 
 from journal import InvalidInputError
 from journal.integrations.langgraph import JournalSaver
+
+# reaches inside: which read path the saver took, and how often a session refreshes
 from journal.integrations.langgraph.fastpath import FastPath
 from journal.integrations.langgraph.fingerprint import id_time
 from journal.session import Session

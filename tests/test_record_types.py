@@ -9,6 +9,7 @@ import zlib
 
 import pytest
 
+# reaches inside: these are unit tests of the record-type table itself
 from journal.record import (
     ANY_FLAGS,
     BAD,
