@@ -171,9 +171,11 @@ def test_a_session_without_a_complete_commit_reads_as_absent(tmp_path: Path) -> 
         store.close()
     with open(_segment(cut_dir), "r+b") as f:
         f.truncate(SEGMENT_HEADER_SIZE + 20)  # a torn first commit
+    # The caches, written after the sync round the power loss cut short (at close, or
+    # not at all when the session was closed before: they are optional).
     for cache in Path(cut_dir).glob("*.idx"):
-        cache.unlink()  # written at close, after the sync round the power loss cut short
-    (Path(cut_dir) / "snapshot").unlink()
+        cache.unlink()
+    (Path(cut_dir) / "snapshot").unlink(missing_ok=True)
     (root / "catalog" / "BOOT").write_text("another boot\n")  # as after the power loss
 
     reader = journal.open(root, read_only=True)
