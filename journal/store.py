@@ -21,7 +21,6 @@ Fork and delete are here: they hold several of those parts together.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -29,7 +28,7 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from . import dictionary, fsio, listing, storecreate, upkeep, validate
+from . import fsio, listing, storecreate, upkeep, validate
 from .cache import ReadCache
 from .calls import coerce, guarded, page_request, save_parts
 from .catalog import ProcessRegistry
@@ -43,7 +42,7 @@ from .errors import (
     StorageError,
 )
 from .index import KIND_EXECUTIONS
-from .jobs import JobRunner, at_low_priority
+from .jobs import JobRunner
 from .layout import LOCK_FILE, MANIFEST_FILE, TMP_DIR, dir_name, session_path
 from .locks import FileLock
 from .metafile import KIND_MANIFEST, read_meta
@@ -53,6 +52,7 @@ from .reader import SessionReader, open_reader, read_session
 from .rootcheck import RootGuard
 from .session import Session
 from .sessiondir import SessionIdentity, identity_key
+from .sessionjobs import SessionJobs
 from .sessionstate import SessionGone, SessionOptions
 from .spares import SparePool
 from .state import StateStore
@@ -143,6 +143,7 @@ class Store:
         self.jobs = JobRunner()
         self.spares = SparePool(os.path.join(self.root, TMP_DIR), self.jobs, guard=self.guard)
         self.catalog = upkeep.open_catalog(self.root, self.options, read_only=read_only)
+        self.session_jobs = SessionJobs(self.jobs, read_only=read_only)
         self.open_sessions = OpenSessions(
             self.root,
             self.options,
@@ -150,8 +151,9 @@ class Store:
             max_open=max_open_sessions,
             read_only=read_only,
             finish_deletes=lambda: self.upkeep.finish_orphaned_deletes(),
-            on_samples=self._want_dictionary,
+            on_samples=self.session_jobs.want_dictionary,
         )
+        self.session_jobs.serve(self.open_sessions)
         self.upkeep = upkeep.Upkeep(
             self.root,
             catalog=self.catalog,
@@ -334,59 +336,10 @@ class Store:
         built = self.publisher.create(identity, write, announce)
         if built is None:
             return None
-        self.jobs.run_soon(functools.partial(self._warm, cp.session_id))
+        self.session_jobs.warm_soon(cp.session_id)
         return built[0]
 
     @guarded
-    def _warm(self, session_id: str) -> None:
-        """Open a session just created here, and take and release its write lock, in
-        the background (`JobRunner.run_soon`): its first commit was written through
-        a private object, and the next call on it (an append, typically) would find
-        nothing open and pay the open, the lock's full checks, the writer's open and,
-        without a spare, the first preallocation step, where a warm session costs
-        tens of microseconds. Pinned, like any call, so a concurrent `close` leaves
-        it to finish."""
-        if self.open_sessions.closed or self.read_only:
-            return
-        sess = self.open_sessions.get(session_id)
-        if sess is not None and sess.exists:
-            with sess.writing():
-                sess.log.preallocate_ahead()
-
-    def _want_dictionary(self, session_id: str) -> None:
-        """A writer of the session sampled enough payloads to train its dictionary."""
-        self.jobs.run_soon(functools.partial(self._train_dictionary, session_id))
-
-    @guarded
-    def _train_dictionary(self, session_id: str) -> None:
-        """Train the session's zstd dictionary on what its writer sampled, and commit
-        it (FORMAT.md section 3), in the background (`JobRunner.run_soon`): training
-        takes tens of milliseconds, which no caller's save should wait for. Later
-        records of the session are compressed with it."""
-        if self.open_sessions.closed or self.read_only:
-            return
-        sess = self.open_sessions.get(session_id)
-        if sess is None:
-            return
-        samples = sess.take_samples()
-        if samples is None:
-            return
-        try:
-            trained = at_low_priority(
-                functools.partial(dictionary.train, samples), lambda: self.open_sessions.closed
-            )
-            if self.open_sessions.closed:  # (at_low_priority gave up, or finished as it closed)
-                sess.training_failed()
-                return
-            if trained is None:  # no dictionary pays for itself on these samples
-                sess.no_dictionary()
-                return
-            with sess.writing():
-                sess.write_dictionary(trained)
-        except BaseException:
-            sess.training_failed()  # say, the lock was busy: the next ask tries again
-            raise
-
     @guarded
     def message_accepted(self, session_id: str, submission_id: str) -> bool:
         """Whether this session durably admitted a message with this submission id."""
@@ -654,7 +607,7 @@ class Store:
                     raise ContractViolationError(f"session {cp.session_id!r} already exists")
                 if parent_sync is not None:
                     parent.log.note_durable(parent_covered)
-                self.jobs.run_soon(functools.partial(self._warm, cp.session_id))
+                self.session_jobs.warm_soon(cp.session_id)
                 return summary
 
     def _fork_parent(self, parent_id: str, parent_sequence: int, child_id: str) -> Session:

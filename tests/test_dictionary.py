@@ -267,7 +267,7 @@ def test_a_dropped_training_job_is_asked_for_again(
 
         def drop_first_training(job: Any) -> None:
             # reaches inside: tells the training job from the others
-            if getattr(job, "func", None) == store._train_dictionary:
+            if getattr(job, "func", None) == store.session_jobs.train_dictionary:
                 asked.append(job)
                 if len(asked) == 1:
                     return  # as when more than MAX_JOBS wait: the oldest goes
@@ -530,7 +530,7 @@ def test_two_processes_share_the_first_dictionary_written(tmp_path: Path) -> Non
         )
         assert out.stdout.strip() == "dict", out.stderr
         # reaches inside: runs the background job now; it catches up, finds the other's
-        store._train_dictionary("s")
+        store.session_jobs.train_dictionary("s")
         rng = random.Random(11)  # what the child appended (`write_events`, seed 11)
         texts += [chat_event(rng, n).msg["message"] for n in range(200)]
         texts += write_events(store, "s", 20, seed=3)
