@@ -323,6 +323,10 @@ def _cut_first_commit(root: Path, sid: str) -> str:
         store.close()
     with open(_segment(directory), "r+b") as f:
         f.truncate(SEGMENT_HEADER_SIZE + 20)
+    # As a power loss leaves it: the caches, written after the first commit's sync
+    # round (at close, if the background warm-up opened the session), are gone too.
+    for cache in [*Path(directory).glob("*.idx"), Path(directory) / "snapshot"]:
+        cache.unlink(missing_ok=True)
     return directory
 
 
