@@ -118,9 +118,11 @@ def writer(root: Path, seed: int) -> None:
 
 def copy_tree(src: Path, dst: Path) -> None:
     """`cp -a` of a live store, then what the README says to do when the copy caught a
-    segment roll: copy again the segments that the copy's last SEALs name. Such a copy
-    holds a sealed segment but not the next one (made before the SEAL, but after cp
-    listed the directory), and reads as a loss until it has it. Files that vanish
+    segment roll: copy again the segments that the copy's last SEALs name, and those it
+    caught before their SEAL but followed by their successor. Such a copy holds a sealed
+    segment but not the next one (made before the SEAL, but after cp listed the
+    directory), or a segment cut short before the next one, and reads as a loss until
+    it has them. Files that vanish
     while cp runs (temporary files renamed into place, directories being published)
     are expected; any other error is not."""
     proc = subprocess.run(["cp", "-a", str(src), str(dst)], capture_output=True, text=True)
@@ -128,6 +130,12 @@ def copy_tree(src: Path, dst: Path) -> None:
         bad = [ln for ln in proc.stderr.splitlines() if "No such file or directory" not in ln]
         assert not bad, f"cp -a failed: {proc.stderr}"
     for log in dst.glob("sessions/*/log"):
+        # A segment copied while it was written, before its SEAL, then its successor
+        # (made after the SEAL): the copy has a gap there until the segment is copied again.
+        *before_last, _ = sorted(log.glob("*.seg")) or [None]
+        for segment in before_last:
+            if not segment.read_bytes().endswith(SEAL_RECORD):
+                shutil.copy2(src / segment.relative_to(dst), segment)
         while True:
             last = max(log.glob("*.seg"))
             data = last.read_bytes()
