@@ -41,6 +41,10 @@ __all__ = [
     "SqliteMobiusError",
     "SqliteMobiusStore",
     "TranscriptPage",
+    "validate_checkpoint",
+    "validate_execution",
+    "validate_execution_record",
+    "validate_identifier",
 ]
 
 Json = Any
@@ -418,9 +422,9 @@ class SqliteMobiusStore:
     ) -> list[int]:
         """One commit: checkpoint header + context tail + receipts + transcript batch +
         execution record + events. Returns the event sequences assigned."""
-        _validate_checkpoint(checkpoint, self.checkpoint_version)
+        validate_checkpoint(checkpoint, self.checkpoint_version)
         if execution is not None:
-            _validate_execution(checkpoint, execution)
+            validate_execution(checkpoint, execution)
         session_id: str = checkpoint["session_id"]
         sequence = _integer(checkpoint["sequence"], "checkpoint sequence")
         header = _dumps({key: value for key, value in checkpoint.items() if key != "context"})
@@ -492,7 +496,7 @@ class SqliteMobiusStore:
         if not clean:
             raise SqliteMobiusError("a fork must begin at a clean sequence-zero checkpoint")
         parent_sequence = _integer(parent_sequence, "parent sequence")
-        _validate_checkpoint(checkpoint, self.checkpoint_version)
+        validate_checkpoint(checkpoint, self.checkpoint_version)
         header = _dumps({key: value for key, value in checkpoint.items() if key != "context"})
         context = checkpoint["context"]
         context_json = _dumps(context) if context else None
@@ -606,7 +610,7 @@ class SqliteMobiusStore:
                 raise SqliteMobiusError("checkpoint header is not an object")
             if "context" in checkpoint:
                 raise SqliteMobiusError("checkpoint header contains an inline context")
-            _validate_checkpoint(checkpoint, self.checkpoint_version)
+            validate_checkpoint(checkpoint, self.checkpoint_version)
             if checkpoint["session_id"] != session_id or checkpoint["sequence"] != sequence:
                 raise SqliteMobiusError("checkpoint row does not match its index")
             if checkpoint["context_epoch"] != epoch:
@@ -763,7 +767,7 @@ class SqliteMobiusStore:
         if limit <= 0:
             raise SqliteMobiusError("session page limit must be positive")
         if owner_id is not None:
-            _validate_identifier("session owner filter", owner_id)
+            validate_identifier("session owner filter", owner_id)
         updated_at, sequence, cursor_id = cursor if cursor is not None else (None, None, None)
         rows = (
             self._conn()
@@ -1027,14 +1031,14 @@ def _blank(value: object) -> bool:
     return not isinstance(value, str) or not value.strip()
 
 
-def _validate_identifier(name: str, value: str) -> None:
+def validate_identifier(name: str, value: str) -> None:
     if _blank(value):
         raise SqliteMobiusError(f"{name} cannot be empty")
     if len(value.encode()) > MAX_IDENTIFIER_BYTES:
         raise SqliteMobiusError(f"{name} exceeds {MAX_IDENTIFIER_BYTES} bytes")
 
 
-def _validate_checkpoint(checkpoint: dict[str, Json], version: int) -> None:
+def validate_checkpoint(checkpoint: dict[str, Json], version: int) -> None:
     """mobius `validate_checkpoint`: version, execution/pending-work coherence, owner, queue."""
     if checkpoint.get("version") != version:
         raise SqliteMobiusError(f"unsupported checkpoint version {checkpoint.get('version')}")
@@ -1058,7 +1062,7 @@ def _validate_checkpoint(checkpoint: dict[str, Json], version: int) -> None:
             raise SqliteMobiusError("turn completion conflicts with pending model or tool work")
     elif pending_work:
         raise SqliteMobiusError("pending model or tool work has no active execution")
-    _validate_identifier("session owner ID", checkpoint["session_context"].get("owner_id"))
+    validate_identifier("session owner ID", checkpoint["session_context"].get("owner_id"))
     if step is not None and active is not None:  # a step without an execution failed above
         if _blank(step.get("model_step_id")):
             raise SqliteMobiusError("active model-step identifier cannot be empty")
@@ -1075,15 +1079,15 @@ def _validate_checkpoint(checkpoint: dict[str, Json], version: int) -> None:
         seen.add(key)
 
 
-def _validate_execution(checkpoint: dict[str, Json], execution: dict[str, Json]) -> None:
+def validate_execution(checkpoint: dict[str, Json], execution: dict[str, Json]) -> None:
     if checkpoint.get("active_execution") is not None:
         raise SqliteMobiusError("a terminal execution requires an idle checkpoint")
     if execution["session_id"] != checkpoint["session_id"]:
         raise SqliteMobiusError("execution record does not match its checkpoint")
-    _validate_execution_record(execution)
+    validate_execution_record(execution)
 
 
-def _validate_execution_record(execution: dict[str, Json]) -> None:
+def validate_execution_record(execution: dict[str, Json]) -> None:
     if any(_blank(execution[key]) for key in ("session_id", "submission_id", "turn_id")):
         raise SqliteMobiusError("execution record identifiers cannot be empty")
     started, finished = execution["started_at_ms"], execution["finished_at_ms"]
@@ -1097,7 +1101,7 @@ def _validate_execution_record(execution: dict[str, Json]) -> None:
 
 def _decode_execution(record_json: str) -> dict[str, Json]:
     execution: dict[str, Json] = _decode(record_json)
-    _validate_execution_record(execution)
+    validate_execution_record(execution)
     return execution
 
 
@@ -1115,7 +1119,7 @@ def _summary(row: tuple[Any, ...]) -> dict[str, Json]:
         updated_at,
     ) = row
     session_context = _decode(session_context_json)
-    _validate_identifier("session owner ID", session_context.get("owner_id"))
+    validate_identifier("session owner ID", session_context.get("owner_id"))
     return {
         "session_id": session_id,
         "session_context": session_context,
