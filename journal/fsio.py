@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import stat
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -68,6 +69,9 @@ class FileOps:
 
     def unlink(self, path: str) -> None:
         os.unlink(path)
+
+    def stat(self, path: str) -> os.stat_result:
+        return os.stat(path)
 
 
 # Chosen once (it runs on every durable commit): plain fsync does not reach the
@@ -149,6 +153,18 @@ def truncate(fd: int, size: int, path: str) -> None:
 def unlink(path: str) -> None:
     with _context("unlink", path):
         ops.unlink(path)
+
+
+def is_dir(path: str) -> bool:
+    """Whether `path` is a directory; unlike `os.path.isdir`, an error other than
+    its absence (EIO on a lost disk, EACCES) raises `StorageError` instead of
+    passing for "no such directory" (which callers turn into "no such session")."""
+    try:
+        return stat.S_ISDIR(ops.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        raise _failed("stat", path, exc) from exc
 
 
 def sync_path(path: str, *, data_only: bool = False) -> None:

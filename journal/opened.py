@@ -106,7 +106,7 @@ class OpenSessions:
         """Open a session not in the cache (or found there replaced), pinned."""
         path = session_path(self.root, session_id)
         for _ in range(8):
-            if not os.path.isdir(path):
+            if not fsio.is_dir(path):
                 return None
             with self._lock:
                 sess = self._sessions.get(session_id)
@@ -120,7 +120,7 @@ class OpenSessions:
                     except UnfinishedSessionError as exc:
                         unfinished = exc
                     except (CorruptionError, StorageError):
-                        if os.path.isdir(path):
+                        if fsio.is_dir(path):
                             raise
                         return None  # deleted while we opened it: files "missing"
                     else:
@@ -139,7 +139,7 @@ class OpenSessions:
             return True
         # A delete moves the whole directory away; a directory that is still there
         # but lacks a file is damage, which the failed read reports.
-        return not os.path.isdir(path)
+        return not fsio.is_dir(path)
 
     def _doomed(self, name: str) -> bool:
         """Does a pending delete name this session directory? (one stat when unchanged)"""
@@ -179,7 +179,7 @@ class OpenSessions:
                 else:
                     guard.acquire(self.options.lock_timeout)
             except StorageError:
-                if not os.path.isdir(path):
+                if not fsio.is_dir(path):
                     return False  # moved away meanwhile (its lock file with it)
                 raise
             if sessiondir.identity_key(path) != key:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from faults import recording
-from helpers import checkpoint, execution, listed_sequences, warning
+from helpers import checkpoint, execution, listed_sequences, warning, warning_event
 
 # reaches inside: faults are injected at the file-operation seam
 import journal
@@ -294,3 +294,39 @@ def _active() -> dict[str, Any]:
         "started_at_ms": 1,
         "phase": {"type": "model"},
     }
+
+
+# ------------------------------------------------ a disk that fails is not a missing session
+class _UnreadableFor(fsio.FileOps):
+    """The real operations, but a stat of a path containing `part` fails with EIO."""
+
+    def __init__(self, part: str) -> None:
+        self.part = part
+
+    def stat(self, path: str) -> os.stat_result:
+        if self.part in path:
+            raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+        return super().stat(path)
+
+
+def test_session_directory_that_cannot_be_read_is_a_storage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Looking a session up on a disk that answers EIO raises StorageError: the
+    session is not reported missing (NotFoundError, or None from load)."""
+    store = journal.open(tmp_path / "store")
+    try:
+        store.save(checkpoint("s1", 0), [])
+        fresh = journal.open(tmp_path / "store")  # s1 is not open in it yet
+        try:
+            monkeypatch.setattr(fsio, "ops", _UnreadableFor(dir_name("s1")))
+            with pytest.raises(StorageError, match="Input/output error"):
+                fresh.append_event("s1", 1, warning_event("w"))
+            with pytest.raises(StorageError, match="Input/output error"):
+                fresh.load("s1")
+            monkeypatch.undo()
+            assert fresh.append_event("s1", 1, warning_event("w")).sequence == 1
+        finally:
+            fresh.close()
+    finally:
+        store.close()
