@@ -7,8 +7,8 @@ contract of mobius's `CheckpointStore`. Start with `journal.open(root)`.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-from .aio import AsyncStore, open_async
 from .errors import (
     ContractViolationError,
     CorruptionError,
@@ -48,6 +48,27 @@ from .types import (
     TranscriptPageRequest,
 )
 from .validate import check_json_value, validate_session_id
+
+if TYPE_CHECKING:
+    from .aio import AsyncStore, open_async
+else:
+
+    def __getattr__(name: str) -> object:
+        """`AsyncStore` and `open_async`, imported on first use: the asyncio facade
+        imports asyncio (tens of milliseconds), which a synchronous caller, and every
+        `journal` command, never needs."""
+        if name in _ASYNC_NAMES:
+            from . import aio
+
+            value = getattr(aio, name)
+            globals()[name] = value
+            return value
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_ASYNC_NAMES})
+
+    _ASYNC_NAMES = frozenset({"AsyncStore", "open_async"})
 
 __version__ = "0.1.0"
 

@@ -19,12 +19,9 @@ file description.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-
-import portalocker
 
 from .errors import LockTimeoutError, StorageError
 
@@ -33,29 +30,42 @@ try:  # POSIX: call flock(2) directly, the very call portalocker makes there
 
     _flock: Callable[[int, int], None] | None = fcntl.flock
     _LOCK_NOW, _UNLOCK = fcntl.LOCK_EX | fcntl.LOCK_NB, fcntl.LOCK_UN
+    _RELEASE_ERRORS: tuple[type[Exception], ...] = (OSError,)
 except ImportError:  # elsewhere (Windows): portalocker's implementation
+    # Imported only here: on POSIX it is never called, and importing it (it imports
+    # importlib.metadata, logging, json...) costs more than the rest of this module.
+    import portalocker
+
     _flock = None
     _LOCK_NOW = _UNLOCK = 0
+    # Combined once: enum arithmetic on every commit costs more than the lock itself.
+    _EXCLUSIVE_NOW = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
+    _RELEASE_ERRORS = (OSError, portalocker.exceptions.LockException)
 
 _HOLDER_WIDTH = 160
-_HOST = socket.gethostname()
-# Combined once: enum arithmetic on every commit costs more than the flock itself.
-_EXCLUSIVE_NOW = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
 
 
 _prefix_cache: tuple[int, int, str] = (0, 0, "")  # (pid, second, "pid=.. host=.. since=..")
+_host = ""  # the host name, asked on the first holder line (never at import)
 
 
 def _holder_prefix() -> str:
     """This process's holder line up to its lock token, for now (formatted once a
     second: every new session's lock writes a line)."""
-    global _prefix_cache
+    global _prefix_cache, _host
     pid, second = os.getpid(), int(time.time())
     cached = _prefix_cache
     if cached[0] == pid and cached[1] == second:
         return cached[2]
+    if not _host:
+        if hasattr(os, "uname"):  # POSIX: gethostname(2) reads this very field
+            _host = os.uname().nodename
+        else:
+            import socket
+
+            _host = socket.gethostname()
     since = datetime.fromtimestamp(second, timezone.utc).isoformat(timespec="seconds")
-    prefix = f"pid={pid} host={_HOST} since={since}"
+    prefix = f"pid={pid} host={_host} since={since}"
     _prefix_cache = (pid, second, prefix)
     return prefix
 
@@ -215,7 +225,7 @@ class FileLock:
                     _flock(self._fd, _UNLOCK)
                 else:
                     portalocker.unlock(self._fd)
-            except (OSError, portalocker.exceptions.LockException) as exc:
+            except _RELEASE_ERRORS as exc:
                 raise StorageError(f"cannot release lock {self.path}: {exc}") from exc
 
     def try_acquire(self, *, record: bool = False) -> bool:
