@@ -14,14 +14,15 @@ from typing import Any
 import msgspec
 
 from . import NotFoundError, Store
+from . import inspect as tools  # tools.x: entry points imported on first use
 from .cli_common import EXIT_FINDINGS, EXIT_OK, Output, plural, require_store
 from .cli_read import Add
-from .inspect import accept_loss, refresh_catalog, salvage_session
+from .inspect import refresh_catalog
 
 
 def cmd_accept_loss(args: argparse.Namespace, out: Output, directory: str) -> int:
     """`journal repair SESSION --accept-loss` (the caller checked that nobody writes)."""
-    report = accept_loss(directory, args.session)
+    report = tools.accept_loss(directory, args.session)
     if not report.refused:
         # The catalog lists what the session was before the cut: derive it again.
         with Store(args.root) as store:
@@ -74,7 +75,7 @@ def cmd_salvage(args: argparse.Namespace, out: Output) -> int:
     with Store(args.root) as store:
         if not os.path.isdir(store.session_dir(args.session)):
             raise NotFoundError(f"session {args.session!r} does not exist")
-        report = salvage_session(store, args.session, args.to)
+        report = tools.salvage_session(store, args.session, args.to)
     if out.json:
         out.doc(report.__dict__)
         return EXIT_OK

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from . import CorruptionError, NotFoundError, Store
+from . import inspect as tools  # tools.x: entry points imported on first use
 from .cli_common import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -27,22 +28,14 @@ from .cli_common import (
 )
 from .cli_read import Add
 from .inspect import (
-    SEVERITY_CACHE,
-    SEVERITY_DATA,
-    DamagedSessionsError,
     SessionBusyError,
     children_of,
-    compact_session,
     dir_name,
-    export_sessions,
-    import_bundle,
     is_store,
     listed_sessions,
     live_holder,
     refresh_catalog,
-    repair_session,
     session_path,
-    verify_store,
 )
 
 
@@ -64,7 +57,7 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
     damaged: list[str] = []
     checked: list[dict[str, Any]] = []
     sessions = commits = 0
-    for report, found in verify_store(root, selected):
+    for report, found in tools.verify_store(root, selected):
         if report is not None:
             checked.append({"session": report.session_id, "commits": report.commits})
             sessions += 1
@@ -81,7 +74,7 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
                     "advice": f.advice,
                 }
             )
-            if f.severity == SEVERITY_DATA and f.session and f.session not in damaged:
+            if f.severity == tools.SEVERITY_DATA and f.session and f.session not in damaged:
                 damaged.append(f.session)
             if not out.json:
                 print(str(f))
@@ -89,7 +82,7 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
     end_progress()
     # A torn tail (a crash's unfinished commit) and an accepted loss are reported
     # but are not failures; damage and caches that disagree with the log are.
-    ok = not any(f["severity"] in (SEVERITY_DATA, SEVERITY_CACHE) for f in findings)
+    ok = not any(f["severity"] in (tools.SEVERITY_DATA, tools.SEVERITY_CACHE) for f in findings)
     if out.json:
         out.doc(
             {
@@ -129,7 +122,7 @@ def cmd_repair(args: argparse.Namespace, out: Output) -> int:
         from .cli_damage import cmd_accept_loss
 
         return cmd_accept_loss(args, out, directory)
-    report = repair_session(directory, args.session)
+    report = tools.repair_session(directory, args.session)
     if report.dropped and not report.refused:
         # The catalog may list what was cut (summary, execution copies): re-derive it.
         with Store(args.root) as store:
@@ -166,7 +159,7 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
         if not ids:
             raise NotFoundError(f"no sessions in {args.root}")
     try:
-        report = export_sessions(
+        report = tools.export_sessions(
             args.root,
             ids,
             args.output,
@@ -175,7 +168,7 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
             salvage=args.salvage,
             progress=progress,
         )
-    except DamagedSessionsError as exc:
+    except tools.DamagedSessionsError as exc:
         end_progress()
         for sid, damage in exc.damaged:
             out.mark_damaged(sid, damage)
@@ -209,7 +202,7 @@ def print_salvaged(sid: str, note: dict[str, Any]) -> None:
 def cmd_import(args: argparse.Namespace, out: Output) -> int:
     if not os.path.exists(args.bundle):
         raise NotFoundError(f"no bundle at {args.bundle}")
-    report = import_bundle(args.root, args.bundle, rename=args.rename, progress=progress)
+    report = tools.import_bundle(args.root, args.bundle, rename=args.rename, progress=progress)
     end_progress()
     if out.json:
         out.doc(report.__dict__)
@@ -232,7 +225,7 @@ def cmd_compact(args: argparse.Namespace, out: Output) -> int:
         )
         refused.path, refused.offset = damage.path, damage.offset
         raise refused
-    report = compact_session(
+    report = tools.compact_session(
         directory, args.session, keep=args.keep, dry_run=args.dry_run, progress=progress
     )
     end_progress()

@@ -19,20 +19,18 @@ from __future__ import annotations
 
 import datetime
 import heapq
+import importlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from . import payloads
-from .bundle import DamagedSessionsError, export_sessions, import_bundle
-from .compact import compact_session
 from .errors import SessionBusyError
 from .layout import LOCK_FILE, PROCS_DIR, dir_name, is_store, session_path
 from .locks import FileLock
-from .loss import accept_loss, loss_notes
 from .record import (
     CHECKPOINT,
     COMMIT,
@@ -44,13 +42,49 @@ from .record import (
     TYPE_NAMES,
     Record,
 )
-from .repair import repair_session
-from .salvage import salvage_session
 from .scan import ScanState
 from .sessiondir import open_log
 from .store import Store
 from .types import SessionSummary
-from .verify import SEVERITY_CACHE, SEVERITY_DATA, describe_loss, first_damage, verify_store
+
+if TYPE_CHECKING:
+    from .bundle import DamagedSessionsError, export_sessions, import_bundle
+    from .compact import compact_session
+    from .loss import accept_loss, loss_notes
+    from .repair import repair_session
+    from .salvage import salvage_session
+    from .verify import SEVERITY_CACHE, SEVERITY_DATA, describe_loss, first_damage, verify_store
+else:
+    # The tools' entry points, each imported on first use: together they cost more
+    # than the rest of the command line (bundle alone imports hashlib, tarfile and
+    # tempfile), and a call like `journal ls` uses none of them.
+    _TOOLS = {
+        "DamagedSessionsError": "bundle",
+        "export_sessions": "bundle",
+        "import_bundle": "bundle",
+        "compact_session": "compact",
+        "accept_loss": "loss",
+        "loss_notes": "loss",
+        "repair_session": "repair",
+        "salvage_session": "salvage",
+        "SEVERITY_CACHE": "verify",
+        "SEVERITY_DATA": "verify",
+        "describe_loss": "verify",
+        "first_damage": "verify",
+        "verify_store": "verify",
+    }
+
+    def __getattr__(name: str) -> object:
+        module = _TOOLS.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f".{module}", __package__), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_TOOLS})
+
 
 _DECODERS = payloads.DECODERS
 _to_builtins = msgspec.to_builtins
