@@ -73,7 +73,10 @@ class Parser(argparse.ArgumentParser):
         super().error(message)
 
 
-def build_parser() -> Parser:
+def build_parser(command: str | None = None) -> Parser:
+    """The parser of the whole command line, or (`command` given) one whose only
+    subcommand is `command`: what `main` parses with, as building every
+    subcommand's parser costs a call more than parsing it."""
     common = Parser(add_help=False)
     common.add_argument(
         "--root",
@@ -97,7 +100,9 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parser.commands = {}
 
-    def add(name: str, fn: Command, text: str) -> argparse.ArgumentParser:
+    def add(name: str, fn: Command, text: str) -> argparse.ArgumentParser | None:
+        if command is not None and name != command:
+            return None
         p = sub.add_parser(name, help=text, description=text, parents=[common])
         p.set_defaults(func=fn)
         parser.commands[name] = p
@@ -114,7 +119,9 @@ def build_parser() -> Parser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     Parser.json_errors = "--json" in argv
-    parser = build_parser()
+    parser = build_parser(_named_command(argv))
+    if not parser.commands:  # no such subcommand: argparse's error lists them all
+        parser = build_parser()
     args = parser.parse_args(argv)
     args.root = getattr(args, "root", None) or os.environ.get("JOURNAL_ROOT") or DEFAULT_ROOT
     out = Output(getattr(args, "json", False))
@@ -141,6 +148,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug: one line, never a traceback
         out.error(exc, EXIT_INTERNAL, prefix=f"internal error ({type(exc).__name__}): ")
         return EXIT_INTERNAL
+
+
+def _named_command(argv: list[str]) -> str | None:
+    """The subcommand argparse will run for `argv`: its first argument that is neither
+    --json nor --root and its value. None where that is not plain (an option such
+    as --help or an abbreviation first): `main` then builds every subcommand."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--root":
+            i += 2
+        elif arg == "--json" or arg.startswith("--root="):
+            i += 1
+        elif arg.startswith("-"):
+            return None
+        else:
+            return arg
+    return None
 
 
 def render_docs() -> str:

@@ -99,10 +99,10 @@ def cmd_salvage(args: argparse.Namespace, out: Output) -> int:
 
 
 def add_parsers(add: Add) -> None:
-    p = add(
+    if p := add(
         "salvage",
         cmd_salvage,
         "copy every verifiable commit of a (damaged) session into a new session",
-    )
-    p.add_argument("session", help="the session to read (left as it is)")
-    p.add_argument("--to", required=True, metavar="NEW_ID", help="id of the new session")
+    ):
+        p.add_argument("session", help="the session to read (left as it is)")
+        p.add_argument("--to", required=True, metavar="NEW_ID", help="id of the new session")

@@ -182,20 +182,20 @@ def cmd_stats(args: argparse.Namespace, out: Output) -> int:
 
 
 def add_parsers(add: Add) -> None:
-    p = add("replay", cmd_replay, "every committed record of a session in log order")
-    p.add_argument("session", help="session id")
-    p.add_argument(
-        "--from",
-        dest="from_seq",
-        type=sequence_arg,
-        help="only records committed while this checkpoint sequence or a later one was"
-        " the latest (default: from the first)",
-    )
-    p.add_argument(
-        "--to",
-        type=sequence_arg,
-        help="only records committed while this checkpoint sequence or an earlier one was"
-        " the latest (default: to the last); state is listed only without --from/--to",
-    )
-    p = add("stats", cmd_stats, "bytes per record type, compression, largest records, growth")
-    p.add_argument("session", nargs="?", help="session id (default: a line per session)")
+    if p := add("replay", cmd_replay, "every committed record of a session in log order"):
+        p.add_argument("session", help="session id")
+        p.add_argument(
+            "--from",
+            dest="from_seq",
+            type=sequence_arg,
+            help="only records committed while this checkpoint sequence or a later one was"
+            " the latest (default: from the first)",
+        )
+        p.add_argument(
+            "--to",
+            type=sequence_arg,
+            help="only records committed while this checkpoint sequence or an earlier one was"
+            " the latest (default: to the last); state is listed only without --from/--to",
+        )
+    if p := add("stats", cmd_stats, "bytes per record type, compression, largest records, growth"):
+        p.add_argument("session", nargs="?", help="session id (default: a line per session)")

@@ -319,62 +319,66 @@ def cmd_demo(args: argparse.Namespace, out: Output) -> int:
 
 # --------------------------------------------------------------------- parser
 def add_parsers(add: Add) -> None:
-    p = add("verify", cmd_verify, "check every checksum, commit, index and snapshot (read-only)")
-    p.add_argument(
-        "targets",
-        nargs="*",
-        metavar="ROOT|SESSION",
-        help="a store directory and/or session ids (default: every session of --root)",
-    )
-    p = add(
+    if p := add(
+        "verify", cmd_verify, "check every checksum, commit, index and snapshot (read-only)"
+    ):
+        p.add_argument(
+            "targets",
+            nargs="*",
+            metavar="ROOT|SESSION",
+            help="a store directory and/or session ids (default: every session of --root)",
+        )
+    if p := add(
         "repair",
         cmd_repair,
         "cut an unfinished tail and rebuild caches (saves what it cuts); refuses damage"
         " unless --accept-loss",
-    )
-    p.add_argument("session", help="session id (no other process may be using it)")
-    p.add_argument(
-        "--accept-loss",
-        action="store_true",
-        help="make a damaged session writable again: cut at its last verifiable commit,"
-        " keep the cut bytes in its repair/ directory, record what was lost and go on"
-        " numbering after it (docs/damaged.md)",
-    )
-    p = add("export", cmd_export, "write sessions to one verified bundle file")
-    p.add_argument("sessions", nargs="*", metavar="SESSION", help="session ids (or --all)")
-    p.add_argument("--all", action="store_true", help="every session of the store")
-    p.add_argument("-o", "--output", required=True, help="bundle file to write")
-    p.add_argument("--force", action="store_true", help="overwrite the output file if it exists")
-    p.add_argument("--with-ancestors", action="store_true", help="include the fork parents")
-    p.add_argument(
-        "--salvage",
-        action="store_true",
-        help="bundle what still verifies of a damaged session (as `journal salvage`) instead"
-        " of refusing it; the bundle records what is missing and import shows it",
-    )
-    p = add("import", cmd_import, "verify a bundle and install its sessions")
-    p.add_argument("bundle", metavar="FILE", help="a bundle written by export")
-    p.add_argument("--rename", action="store_true", help="import colliding ids under new ids")
-    p = add(
+    ):
+        p.add_argument("session", help="session id (no other process may be using it)")
+        p.add_argument(
+            "--accept-loss",
+            action="store_true",
+            help="make a damaged session writable again: cut at its last verifiable commit,"
+            " keep the cut bytes in its repair/ directory, record what was lost and go on"
+            " numbering after it (docs/damaged.md)",
+        )
+    if p := add("export", cmd_export, "write sessions to one verified bundle file"):
+        p.add_argument("sessions", nargs="*", metavar="SESSION", help="session ids (or --all)")
+        p.add_argument("--all", action="store_true", help="every session of the store")
+        p.add_argument("-o", "--output", required=True, help="bundle file to write")
+        p.add_argument(
+            "--force", action="store_true", help="overwrite the output file if it exists"
+        )
+        p.add_argument("--with-ancestors", action="store_true", help="include the fork parents")
+        p.add_argument(
+            "--salvage",
+            action="store_true",
+            help="bundle what still verifies of a damaged session (as `journal salvage`) instead"
+            " of refusing it; the bundle records what is missing and import shows it",
+        )
+    if p := add("import", cmd_import, "verify a bundle and install its sessions"):
+        p.add_argument("bundle", metavar="FILE", help="a bundle written by export")
+        p.add_argument("--rename", action="store_true", help="import colliding ids under new ids")
+    if p := add(
         "compact",
         cmd_compact,
         "drop superseded checkpoint data from sealed segments (journals untouched)",
-    )
-    p.add_argument("session", help="session id")
-    p.add_argument(
-        "--keep",
-        type=limit_arg,
-        default=10,
-        help="newest checkpoints to keep restorable (default: 10)",
-    )
-    p.add_argument("--dry-run", action="store_true", help="report what would be dropped")
-    p = add("delete", cmd_delete, "delete sessions with their forks and state (asks first)")
-    p.add_argument("sessions", nargs="+", metavar="SESSION", help="session ids")
-    p.add_argument(
-        "--yes", "-y", action="store_true", help="do not ask (required when not on a terminal)"
-    )
+    ):
+        p.add_argument("session", help="session id")
+        p.add_argument(
+            "--keep",
+            type=limit_arg,
+            default=10,
+            help="newest checkpoints to keep restorable (default: 10)",
+        )
+        p.add_argument("--dry-run", action="store_true", help="report what would be dropped")
+    if p := add("delete", cmd_delete, "delete sessions with their forks and state (asks first)"):
+        p.add_argument("sessions", nargs="+", metavar="SESSION", help="session ids")
+        p.add_argument(
+            "--yes", "-y", action="store_true", help="do not ask (required when not on a terminal)"
+        )
 
 
 def add_demo(add: Add) -> None:
-    p = add("demo", cmd_demo, "write a scripted agent session, crash a writer, fork, verify")
-    p.add_argument("dir", nargs="?", help="store directory for the demo (default: --root)")
+    if p := add("demo", cmd_demo, "write a scripted agent session, crash a writer, fork, verify"):
+        p.add_argument("dir", nargs="?", help="store directory for the demo (default: --root)")

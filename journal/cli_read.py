@@ -49,7 +49,12 @@ from .cli_common import (
 )
 from .inspect import children_of, listed_sessions, session_view, state_items
 
-Add = Callable[[str, Callable[[argparse.Namespace, Output], int], str], argparse.ArgumentParser]
+# `add(name, cmd, help)`: a subcommand's parser, to add its arguments to, or None when
+# the command line names another subcommand (`cli.build_parser`: only the one that runs
+# is built in full).
+Add = Callable[
+    [str, Callable[[argparse.Namespace, Output], int], str], argparse.ArgumentParser | None
+]
 
 
 # ------------------------------------------------------------------------- ls
@@ -513,70 +518,82 @@ def cmd_diff(args: argparse.Namespace, out: Output) -> int:
 
 # --------------------------------------------------------------------- parser
 def add_parsers(add: Add) -> None:
-    p = add("ls", cmd_ls, "sessions, most recently updated first, a page at a time")
-    p.add_argument("--owner", help="only sessions of this owner id (default: every owner)")
-    p.add_argument("--limit", type=limit_arg, default=50, help="sessions per page (default: 50)")
-    p.add_argument(
-        "--before",
-        metavar="CURSOR",
-        help="the page after this cursor, as printed when more exist (default: the newest)",
-    )
-    p.add_argument("--all", action="store_true", help="every page, not only the first")
-    p = add("show", cmd_show, "summary, latest checkpoint header, sizes and lineage of a session")
-    p.add_argument("session", help="session id")
-    p = add("events", cmd_events, "a session's events, newest first (or follow new ones)")
-    p.add_argument("session", help="session id")
-    p.add_argument("--limit", type=limit_arg, default=20, help="at most this many (default: 20)")
-    p.add_argument(
-        "--before", type=sequence_arg, help="only events with a lower sequence (default: none)"
-    )
-    p.add_argument(
-        "--after",
-        type=sequence_arg,
-        help="only events with a higher sequence, oldest first (default: none, newest first)",
-    )
-    p.add_argument(
-        "--type", action="append", help="only events of this type (repeatable; default: all)"
-    )
-    p.add_argument(
-        "--follow",
-        "-f",
-        action="store_true",
-        help="keep printing new events until Ctrl-C (exit 130); --json prints JSON Lines",
-    )
-    p.add_argument("--interval", type=float, default=0.2, help=argparse.SUPPRESS)
-    p = add("transcript", cmd_transcript, "a session's transcript batches, newest first")
-    p.add_argument("session", help="session id")
-    p.add_argument("--limit", type=limit_arg, default=10, help="at most this many (default: 10)")
-    p.add_argument(
-        "--before", type=sequence_arg, help="only batches with a lower sequence (default: none)"
-    )
-    p = add("executions", cmd_executions, "finished turns of a session, or of all with --all")
-    p.add_argument("session", nargs="?", help="session id (or --all)")
-    p.add_argument("--all", action="store_true", help="the newest turns of every session")
-    p.add_argument("--limit", type=limit_arg, default=20, help="at most this many (default: 20)")
-    p.add_argument(
-        "--before", type=sequence_arg, help="only turns with a lower sequence (default: none)"
-    )
-    p = add("state", cmd_state, "middleware state of a scope, or one key's value")
-    p.add_argument("scope", help="state scope (a session id for session state)")
-    p.add_argument("key", nargs="?", help="one key (default: list every key)")
-    p = add("checkpoint", cmd_checkpoint, "a session's checkpoint as JSON (latest, or --at)")
-    p.add_argument("session", help="session id")
-    p.add_argument(
-        "--at",
-        type=sequence_arg,
-        help="the checkpoint exactly as saved at this sequence (default: the latest)",
-    )
-    p = add("tree", cmd_tree, "fork lineage as a tree")
-    p.add_argument("session", nargs="?", help="only the tree holding this session (default: all)")
-    p = add("diff", cmd_diff, "where two sessions' (or two sequences') checkpoints differ")
-    p.add_argument("a", metavar="SESSION_A", help="session id")
-    p.add_argument("b", metavar="SESSION_B", nargs="?", help="session id (or --seq)")
-    p.add_argument(
-        "--seq",
-        type=sequence_arg,
-        nargs=2,
-        metavar=("X", "Y"),
-        help="compare two sequences of SESSION_A (default: the latest of each session)",
-    )
+    if p := add("ls", cmd_ls, "sessions, most recently updated first, a page at a time"):
+        p.add_argument("--owner", help="only sessions of this owner id (default: every owner)")
+        p.add_argument(
+            "--limit", type=limit_arg, default=50, help="sessions per page (default: 50)"
+        )
+        p.add_argument(
+            "--before",
+            metavar="CURSOR",
+            help="the page after this cursor, as printed when more exist (default: the newest)",
+        )
+        p.add_argument("--all", action="store_true", help="every page, not only the first")
+    if p := add(
+        "show", cmd_show, "summary, latest checkpoint header, sizes and lineage of a session"
+    ):
+        p.add_argument("session", help="session id")
+    if p := add("events", cmd_events, "a session's events, newest first (or follow new ones)"):
+        p.add_argument("session", help="session id")
+        p.add_argument(
+            "--limit", type=limit_arg, default=20, help="at most this many (default: 20)"
+        )
+        p.add_argument(
+            "--before", type=sequence_arg, help="only events with a lower sequence (default: none)"
+        )
+        p.add_argument(
+            "--after",
+            type=sequence_arg,
+            help="only events with a higher sequence, oldest first (default: none, newest first)",
+        )
+        p.add_argument(
+            "--type", action="append", help="only events of this type (repeatable; default: all)"
+        )
+        p.add_argument(
+            "--follow",
+            "-f",
+            action="store_true",
+            help="keep printing new events until Ctrl-C (exit 130); --json prints JSON Lines",
+        )
+        p.add_argument("--interval", type=float, default=0.2, help=argparse.SUPPRESS)
+    if p := add("transcript", cmd_transcript, "a session's transcript batches, newest first"):
+        p.add_argument("session", help="session id")
+        p.add_argument(
+            "--limit", type=limit_arg, default=10, help="at most this many (default: 10)"
+        )
+        p.add_argument(
+            "--before", type=sequence_arg, help="only batches with a lower sequence (default: none)"
+        )
+    if p := add("executions", cmd_executions, "finished turns of a session, or of all with --all"):
+        p.add_argument("session", nargs="?", help="session id (or --all)")
+        p.add_argument("--all", action="store_true", help="the newest turns of every session")
+        p.add_argument(
+            "--limit", type=limit_arg, default=20, help="at most this many (default: 20)"
+        )
+        p.add_argument(
+            "--before", type=sequence_arg, help="only turns with a lower sequence (default: none)"
+        )
+    if p := add("state", cmd_state, "middleware state of a scope, or one key's value"):
+        p.add_argument("scope", help="state scope (a session id for session state)")
+        p.add_argument("key", nargs="?", help="one key (default: list every key)")
+    if p := add("checkpoint", cmd_checkpoint, "a session's checkpoint as JSON (latest, or --at)"):
+        p.add_argument("session", help="session id")
+        p.add_argument(
+            "--at",
+            type=sequence_arg,
+            help="the checkpoint exactly as saved at this sequence (default: the latest)",
+        )
+    if p := add("tree", cmd_tree, "fork lineage as a tree"):
+        p.add_argument(
+            "session", nargs="?", help="only the tree holding this session (default: all)"
+        )
+    if p := add("diff", cmd_diff, "where two sessions' (or two sequences') checkpoints differ"):
+        p.add_argument("a", metavar="SESSION_A", help="session id")
+        p.add_argument("b", metavar="SESSION_B", nargs="?", help="session id (or --seq)")
+        p.add_argument(
+            "--seq",
+            type=sequence_arg,
+            nargs=2,
+            metavar=("X", "Y"),
+            help="compare two sequences of SESSION_A (default: the latest of each session)",
+        )

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import journal
 from journal import Checkpoint
 
@@ -59,6 +61,8 @@ def test_the_async_facade_works_when_first_asked_for(tmp_path: Path) -> None:
     # In a fresh process, so that nothing imported journal.aio before.
     code = f"""
 import asyncio, sys
+import pytest
+
 import journal
 assert "journal.aio" not in sys.modules
 from journal import AsyncStore, open_async
@@ -142,3 +146,50 @@ def test_journal_verify_loads_the_verifier_it_uses(tmp_path: Path) -> None:
     loaded = _cli_modules(tmp_path / "s", "verify")
     assert "journal.verify" in loaded
     assert sorted(m for m in ("asyncio", "portalocker", "journal.bundle") if m in loaded) == []
+
+
+def test_a_subcommand_built_alone_is_the_one_the_whole_parser_has() -> None:
+    from journal.cli import build_parser
+
+    whole = build_parser()
+    assert len(whole.commands) > 10
+    for name, sub in whole.commands.items():
+        alone = build_parser(name)
+        assert list(alone.commands) == [name]
+        assert alone.commands[name].format_help() == sub.format_help()
+        assert alone.format_usage() == whole.format_usage()
+    for argv in (
+        ["ls", "--limit", "3", "--all"],
+        ["--json", "--root", "r", "events", "s", "--type", "a", "--type", "b", "--after", "2"],
+        ["--root=r", "verify", "r2", "s1", "s2"],
+        ["export", "a", "b", "-o", "out.bundle", "--with-ancestors"],
+        ["diff", "a", "--seq", "1", "2"],
+    ):
+        alone = build_parser(_first_command(argv))
+        assert vars(alone.parse_args(argv)) == vars(whole.parse_args(argv))
+
+
+def _first_command(argv: list[str]) -> str:
+    return next(a for a in argv if a in {"ls", "events", "verify", "export", "diff"})
+
+
+def test_every_spelling_of_root_reaches_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from journal.cli import main
+
+    root = str(tmp_path / "s")
+    _store_with_a_session(tmp_path / "s")
+    outputs = []
+    for argv in (
+        ["--root", root, "ls"],
+        [f"--root={root}", "ls"],
+        ["--ro", root, "ls"],  # an abbreviation: every subcommand is built, as argparse needs
+        ["--json", "--root", root, "ls"],
+        ["ls", "--root", root],
+    ):
+        assert main(argv) == 0, argv
+        outputs.append(capsys.readouterr().out)
+    assert "s1" in outputs[0]
+    assert outputs[1:3] == [outputs[0]] * 2 and outputs[4] == outputs[0]
+    assert json.loads(outputs[3])["sessions"][0]["session_id"] == "s1"
