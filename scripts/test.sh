@@ -19,6 +19,12 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
             || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
                 ${need/libfuse2/libfuse2t64} >/dev/null
     fi
+    # The viewer's browser tests (tests/test_viewer_browser.py) drive Debian's headless
+    # Chromium through its chromedriver; nothing is downloaded by the tests themselves.
+    if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+        apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+    fi
 fi
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null

@@ -252,7 +252,7 @@ def tree_page(data: Data, sid: str) -> str:
         bits.append(f'<span class="muted">@{esc(n["sequence"])}</span>')
         if n["forked_at"] is not None and parent is not None:
             bits.append(
-                f'<span class="branch" title="branch point">⑂ forked at'
+                f'<span class="branch" title="branch point">↳ forked at'
                 f" {esc(n['forked_at'])}</span>"
             )
             bits.append(a(href("/diff", a=parent, at_a=n["forked_at"], b=me), "diff", "small"))
@@ -277,7 +277,7 @@ def tree_page(data: Data, sid: str) -> str:
         f'<h1 class="sid-title">{esc(sid)}</h1>'
         + session_tabs(sid, "forks")
         + f'<p class="muted">The lineage holding this session: {num(doc["nodes"])} sessions.'
-        " A branch point (⑂) is the parent's sequence the fork was made from.</p>"
+        " A branch point (↳) is the parent's sequence the fork was made from.</p>"
         + note
         + f'<ul class="tree nav-rows">{node(doc["root"], None)}</ul>'
     )
