@@ -50,7 +50,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from agents import SQLiteSession  # noqa: E402
-from run import disk_usage  # noqa: E402  (the core harness: what `du` reports)
+from harness.disk import disk_usage  # noqa: E402  (what `du` reports)
 
 from journal.integrations.openai_agents import JournalSession, drop_caches  # noqa: E402
 

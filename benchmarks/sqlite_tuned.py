@@ -50,7 +50,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from sqlite_mobius import (
@@ -100,8 +100,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     first_user_message TEXT,
     created_at INTEGER NOT NULL,
     updated_at INTEGER NOT NULL,
-    header BLOB NOT NULL,
-    summary BLOB NOT NULL
+    summary BLOB NOT NULL,
+    header BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS sessions_recent ON sessions(updated_at DESC, sequence DESC, id DESC);
 CREATE INDEX IF NOT EXISTS sessions_owner
@@ -217,6 +217,21 @@ def _is_transient(msg: dict[str, Json]) -> bool:
     inner = msg.get("event", msg)
     frontend = inner.get("frontend_type") if isinstance(inner, dict) else None
     return (frontend if frontend is not None else msg.get("frontend_type")) in _TRANSIENT_FRONTEND
+
+
+class _Prepared(NamedTuple):
+    checkpoint: dict[str, Json]
+    transcript_delta: Sequence[Json]
+    execution: dict[str, Json] | None
+    events: Sequence[tuple[int, dict[str, Json]]]
+    session_id: str
+    sequence: int
+    epoch: int
+    context: list[Json]
+    header: bytes
+    summary: bytes
+    owner: str
+    now: int
 
 
 @dataclass(slots=True)
@@ -378,6 +393,39 @@ class SqliteTunedStore:
     ) -> list[int]:
         """One commit: header + context tail + receipts + transcript batch + execution record
         + events. Returns the event sequences assigned."""
+        prepared = self._prepare(checkpoint, transcript_delta, execution, events)
+        connection = self._conn()
+        with _Transaction(connection.db) as db:
+            data_version = db.execute("PRAGMA data_version").fetchone()[0]
+            return self._write(connection, db, data_version, prepared)
+
+    def save_many(
+        self,
+        saves: Sequence[
+            tuple[
+                dict[str, Json],
+                Sequence[Json],
+                dict[str, Json] | None,
+                Sequence[tuple[int, dict[str, Json]]],
+            ]
+        ],
+    ) -> list[list[int]]:
+        """Several saves in one transaction (one commit, one sync): SQLite's bulk path,
+        for creating many sessions. All or nothing."""
+        prepared = [self._prepare(*args) for args in saves]
+        connection = self._conn()
+        with _Transaction(connection.db) as db:
+            data_version = db.execute("PRAGMA data_version").fetchone()[0]
+            return [self._write(connection, db, data_version, p) for p in prepared]
+
+    def _prepare(
+        self,
+        checkpoint: dict[str, Json],
+        transcript_delta: Sequence[Json],
+        execution: dict[str, Json] | None,
+        events: Sequence[tuple[int, dict[str, Json]]],
+    ) -> _Prepared:
+        """Validate and encode one save, before its transaction."""
         validate_checkpoint(checkpoint, self.checkpoint_version)
         if execution is not None:
             validate_execution(checkpoint, execution)
@@ -393,101 +441,127 @@ class SqliteTunedStore:
         summary = _encode((checkpoint["session_context"], checkpoint["execution_stats"]))
         owner = checkpoint["session_context"]["owner_id"]
         now = int(time.time())
-        connection = self._conn()
-        with _Transaction(connection.db) as db:
-            data_version = db.execute("PRAGMA data_version").fetchone()[0]
-            row = db.execute(_SESSION_ROW, (session_id,)).fetchone()
-            if row is None:
-                joined = _join_items(context)
-                cur = db.execute(
-                    _INSERT_SESSION,
-                    (
-                        session_id,
-                        None,
-                        None,
-                        owner,
-                        sequence,
-                        epoch,
-                        len(context),
-                        1 if context else 0,
-                        checkpoint["catalog_visible"],
-                        checkpoint.get("first_user_message"),
-                        now,
-                        now,
-                        header,
-                        summary,
-                    ),
-                )
-                sk: int = cur.lastrowid  # type: ignore[assignment]
-                if context:
-                    db.execute(
-                        "INSERT INTO context (k, items) VALUES (?, ?)", (sk << SHIFT, joined)
-                    )
-                event_seq = token_seq = 0
-            else:
-                sk, stored_seq, stored_epoch, count, chunk, event_seq, token_seq = row
-                if sequence <= stored_seq:
-                    raise SqliteTunedError(
-                        f"checkpoint sequence did not advance (stored {stored_seq}, got {sequence})"
-                    )
-                hint = connection.hints.get(sk)
-                if hint is not None and not (
-                    hint.sequence == stored_seq
-                    and hint.epoch == stored_epoch
-                    and hint.data_version == data_version
-                    and hint.count == count
-                ):
-                    hint = None
-                joined, tail, chunk = self._plan_context(
-                    db, sk, hint, stored_epoch, count, chunk, context, epoch
-                )
-                db.execute(
-                    _UPDATE_SESSION,
-                    (
-                        owner,
-                        sequence,
-                        epoch,
-                        len(context),
-                        chunk + (1 if tail else 0),
-                        checkpoint["catalog_visible"],
-                        checkpoint.get("first_user_message"),
-                        now,
-                        header,
-                        summary,
-                        sk,
-                    ),
-                )
-                if tail:
-                    db.execute(
-                        "INSERT INTO context (k, items) VALUES (?, ?)",
-                        ((sk << SHIFT) | chunk, tail),
-                    )
-            pending = checkpoint.get("pending_messages")
-            if pending:
-                db.executemany(
-                    "INSERT OR IGNORE INTO receipts (sk, submission_id) VALUES (?, ?)",
-                    [(sk, message["id"]) for message in pending],
-                )
-            if transcript_delta:
-                db.execute(
-                    "INSERT INTO transcript (k, created_at, items) VALUES (?, ?, ?)",
-                    ((sk << SHIFT) | sequence, now, _encode(list(transcript_delta))),
-                )
-            if execution is not None:
-                db.execute(
-                    "INSERT INTO executions (k, sid, started_at_ms, record) VALUES (?, ?, ?, ?)",
-                    (
-                        (sk << SHIFT) | sequence,
-                        session_id,
-                        execution["started_at_ms"],
-                        _encode(execution),
-                    ),
-                )
-            sequences = (
-                self._store_events(db, sk, event_seq, token_seq, events, update=True)
-                if events
-                else []
+        return _Prepared(
+            checkpoint,
+            transcript_delta,
+            execution,
+            events,
+            session_id,
+            sequence,
+            epoch,
+            context,
+            header,
+            summary,
+            owner,
+            now,
+        )
+
+    def _write(
+        self, connection: _Connection, db: sqlite3.Connection, data_version: int, p: _Prepared
+    ) -> list[int]:
+        """The statements of one save, inside the caller's write transaction."""
+        (
+            checkpoint,
+            transcript_delta,
+            execution,
+            events,
+            session_id,
+            sequence,
+            epoch,
+            context,
+            header,
+            summary,
+            owner,
+            now,
+        ) = p
+        row = db.execute(_SESSION_ROW, (session_id,)).fetchone()
+        if row is None:
+            joined = _join_items(context)
+            cur = db.execute(
+                _INSERT_SESSION,
+                (
+                    session_id,
+                    None,
+                    None,
+                    owner,
+                    sequence,
+                    epoch,
+                    len(context),
+                    1 if context else 0,
+                    checkpoint["catalog_visible"],
+                    checkpoint.get("first_user_message"),
+                    now,
+                    now,
+                    header,
+                    summary,
+                ),
             )
+            sk: int = cur.lastrowid  # type: ignore[assignment]
+            if context:
+                db.execute("INSERT INTO context (k, items) VALUES (?, ?)", (sk << SHIFT, joined))
+            event_seq = token_seq = 0
+        else:
+            sk, stored_seq, stored_epoch, count, chunk, event_seq, token_seq = row
+            if sequence <= stored_seq:
+                raise SqliteTunedError(
+                    f"checkpoint sequence did not advance (stored {stored_seq}, got {sequence})"
+                )
+            hint = connection.hints.get(sk)
+            if hint is not None and not (
+                hint.sequence == stored_seq
+                and hint.epoch == stored_epoch
+                and hint.data_version == data_version
+                and hint.count == count
+            ):
+                hint = None
+            joined, tail, chunk = self._plan_context(
+                db, sk, hint, stored_epoch, count, chunk, context, epoch
+            )
+            db.execute(
+                _UPDATE_SESSION,
+                (
+                    owner,
+                    sequence,
+                    epoch,
+                    len(context),
+                    chunk + (1 if tail else 0),
+                    checkpoint["catalog_visible"],
+                    checkpoint.get("first_user_message"),
+                    now,
+                    header,
+                    summary,
+                    sk,
+                ),
+            )
+            if tail:
+                db.execute(
+                    "INSERT INTO context (k, items) VALUES (?, ?)",
+                    ((sk << SHIFT) | chunk, tail),
+                )
+        pending = checkpoint.get("pending_messages")
+        if pending:
+            db.executemany(
+                "INSERT OR IGNORE INTO receipts (sk, submission_id) VALUES (?, ?)",
+                [(sk, message["id"]) for message in pending],
+            )
+        if transcript_delta:
+            db.execute(
+                "INSERT INTO transcript (k, created_at, items) VALUES (?, ?, ?)",
+                ((sk << SHIFT) | sequence, now, _encode(list(transcript_delta))),
+            )
+        if execution is not None:
+            db.execute(
+                "INSERT INTO executions (k, sid, started_at_ms, record) VALUES (?, ?, ?, ?)",
+                (
+                    (sk << SHIFT) | sequence,
+                    session_id,
+                    execution["started_at_ms"],
+                    _encode(execution),
+                ),
+            )
+        sequences = (
+            self._store_events(db, sk, event_seq, token_seq, events, update=True) if events else []
+        )
         self._remember(connection, sk, sequence, epoch, data_version, len(context), joined)
         return sequences
 

@@ -231,6 +231,13 @@ def smoke() -> None:
             assert seen["t"] == seen["m"], (owner, limit, seen)
     for store in both:
         expect_error("cannot be empty", store.list_sessions_page, " ", None, 1)
+    bulk = [payloads.SaveArgs(gen.checkpoint(f"bulk-{i}"), [], None, []) for i in range(3)]
+    stale_bulk = [*bulk[:1], bulk[0]]
+    expect_error("did not advance", tuned.save_many, stale_bulk)
+    assert tuned.load("bulk-0") is None  # all or nothing
+    assert tuned.save_many(bulk) == [[], [], []]
+    assert [tuned.load(f"bulk-{i}") for i in range(3)] == [b.checkpoint for b in bulk]
+    assert tuned.delete_sessions([f"bulk-{i}" for i in range(3)])
     print("list_sessions_page ok: same order and cursors as mobius, with and without owner")
 
     # Fork and delete.
