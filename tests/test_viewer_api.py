@@ -29,8 +29,8 @@ from test_viewer_fixtures import (
 )
 
 import journal
-from journal.viewer import ViewerServer
 from journal.viewer.convo import conversation, decode_serialised
+from journal.viewer.server import ViewerServer
 
 PACKAGE = Path(journal.__file__).parent / "viewer"
 

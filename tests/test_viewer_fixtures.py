@@ -26,7 +26,8 @@ from helpers import T0
 import journal
 from journal import Checkpoint, Event, ExecutionRecord, TimestampedEvent, TokenUsage
 from journal.inspect import first_damage, session_view
-from journal.viewer import Data, ViewerServer
+from journal.viewer.data import Data
+from journal.viewer.server import ViewerServer
 
 HOSTILE = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">&amp;\''
 ESCAPE_ID = "../../etc/passwd<i>"

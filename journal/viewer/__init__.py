@@ -12,11 +12,7 @@ The package, one module per concern: `command` (the `serve` command), `server`
 `data` (the answers, as JSON), `convo` (transcript items as a conversation),
 `html` (escaping and page parts), `pages` and `history` (the pages), `static/`
 (the stylesheet and the script).
+
+Importing the package imports none of its modules: `journal serve`'s parser is
+built with the command line's, and the server loads only when it runs.
 """
-
-from __future__ import annotations
-
-from .data import Data
-from .server import ViewerServer
-
-__all__ = ["Data", "ViewerServer"]

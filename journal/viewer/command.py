@@ -1,7 +1,8 @@
 """`journal serve`: the viewer's command, its parser and `python -m journal.viewer`.
 
 `add_parsers(add)` registers `serve` with the `journal` command line the way the
-`cli_*` modules register theirs; `main` runs the same command on its own.
+`cli_*` modules register theirs; `main` runs the same command on its own. The
+server's modules are imported only when `serve` runs.
 """
 
 from __future__ import annotations
@@ -17,17 +18,19 @@ from typing import Any
 
 from journal import JournalError
 
-from .data import Data
-from .server import ViewerServer
-
 DEFAULT_PORT = 8765
 EXIT_OK, EXIT_FINDINGS, EXIT_INTERRUPTED = 0, 1, 130
 
-Add = Callable[[str, Callable[[argparse.Namespace, Any], int], str], argparse.ArgumentParser]
+Add = Callable[[str, Callable[[argparse.Namespace, Any], int], str], argparse.ArgumentParser | None]
 
 
 def cmd_serve(args: argparse.Namespace, out: Any) -> int:
     """Serve the store at --root until Ctrl-C (exit 130)."""
+    # Imported here: `journal ls` and the other commands build this parser too, and
+    # need none of the HTTP server.
+    from .data import Data
+    from .server import ViewerServer
+
     data = Data(args.root)
     try:
         server = ViewerServer(data, args.host, args.port, verbose=args.verbose)
@@ -75,8 +78,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(add: Add) -> None:
-    p = add("serve", cmd_serve, "a local, read-only web viewer of the store (Ctrl-C stops)")
-    add_arguments(p)
+    """Register `serve` (`add` returns None when another subcommand is being built)."""
+    if p := add("serve", cmd_serve, "a local, read-only web viewer of the store (Ctrl-C stops)"):
+        add_arguments(p)
 
 
 class _Out:
