@@ -11,6 +11,8 @@ import json
 from functools import partial
 from typing import Any
 
+import msgspec
+
 from . import JournalError
 from .cli_common import (
     Output,
@@ -148,9 +150,8 @@ def cmd_stats(args: argparse.Namespace, out: Output) -> int:
         out.mark_damaged(args.session, damage)
     losses = loss_lines(directory)
     if out.json:
-        out.doc(
-            {**st.__dict__, "damaged": None if damage is None else str(damage), "losses": losses}
-        )
+        damaged = None if damage is None else str(damage)
+        out.doc({**msgspec.structs.asdict(st), "damaged": damaged, "losses": losses})
         return out.finish()
     sizes = Sizes(st.log_bytes, st.file_bytes, st.disk_bytes)
     print(f"{plural(st.commits, 'commit')}; {sizes.text()}")
