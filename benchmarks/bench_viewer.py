@@ -122,13 +122,15 @@ def build_sessions(root: Path, total: int) -> None:
             print(f"  sessions: {done:,} ({rate:.0f}/s)", file=sys.stderr, flush=True)
 
 
-def ensure_built(base: Path, events: int, sessions: int) -> tuple[Path, Path]:
+def ensure_built(base: Path, events: int, sessions: int, only: str | None = None) -> list[Path]:
     base.mkdir(parents=True, exist_ok=True)
     out = []
     for name, n, build in (
         ("events", events, build_events),
         ("sessions", sessions, build_sessions),
     ):
+        if only is not None and name != only:
+            continue
         root = base / f"{name}-{n}"
         marker = root / "BUILT"
         if not marker.exists():
@@ -140,7 +142,7 @@ def ensure_built(base: Path, events: int, sessions: int) -> tuple[Path, Path]:
             marker.write_text(f"{n}\n")
             print(f"built {root} in {time.monotonic() - t:.0f} s", file=sys.stderr, flush=True)
         out.append(root)
-    return out[0], out[1]
+    return out
 
 
 class Server:
@@ -202,15 +204,18 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--only", choices=["events", "sessions"], help="one of the two stores")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
-    events_root, sessions_root = ensure_built(Path(args.dir), args.events, args.sessions)
+    roots = ensure_built(Path(args.dir), args.events, args.sessions, args.only)
     if args.build_only:
         return
     long_paths = [
         f"/s/{LONG}",
         f"/s/{LONG}/timeline",
-        f"/s/{LONG}/transcript",
+        f"/s/{LONG}/conversation",
+        f"/s/{LONG}/checkpoint",
+        f"/s/{LONG}/tree",
         f"/s/{LONG}/executions",
         f"/api/sessions/{LONG}",
         f"/api/sessions/{LONG}/events?limit=50",
@@ -223,16 +228,11 @@ def main() -> None:
         "/?q=ticket+4242",
         "/s/s000123",
     ]
-    results = {
-        "events": {
-            "store": str(events_root),
-            "pages": measure(events_root, long_paths, args.repeat),
-        },
-        "sessions": {
-            "store": str(sessions_root),
-            "pages": measure(sessions_root, list_paths, args.repeat),
-        },
-    }
+    results = {}
+    for root in roots:
+        name = root.name.split("-")[0]
+        paths = long_paths if name == "events" else list_paths
+        results[name] = {"store": str(root), "pages": measure(root, paths, args.repeat)}
     print(f"{'page':<44} {'bytes':>8} {'cold':>8} {'median':>8} {'min':>7} {'p90':>7} {'max':>7}")
     for name, block in results.items():
         print(f"-- {name}: {block['store']}")

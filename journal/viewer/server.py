@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import socket
 import sys
 import threading
 from http import HTTPStatus
@@ -128,6 +129,12 @@ class Handler(BaseHTTPRequestHandler):
     server: ViewerServer
     server_version = "journal-viewer"
     protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body leave in two writes: without this, a keep-alive client's
+        # delayed ACK holds the second one back some 40 ms (Nagle's algorithm).
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     # ------------------------------------------------------------- refusals
     def parse_request(self) -> bool:
