@@ -9,7 +9,10 @@ import ast
 import http.client
 import json
 import re
+import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -449,6 +452,41 @@ def test_the_live_stream_carries_another_process_commits(tmp_path: Path) -> None
             writer.wait(30)
 
 
+# ------------------------------------------------------------------ the command
+def test_the_command_serves_until_interrupted(built: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "journal.viewer", "--root", str(built), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("serving http://127.0.0.1:") and "read-only" in line, line
+        port = int(line.split("127.0.0.1:")[1].split("/")[0])
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("GET", "/api/sessions?owner=bob")
+        assert len(json.loads(conn.getresponse().read())["sessions"]) == 6
+        conn.close()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_command_refuses_a_missing_store(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "journal.viewer", "--root", str(tmp_path / "none"), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1 and "no journal store" in proc.stderr and not proc.stdout
+
+
 # ------------------------------------------------------------------ the code
 def _imports(path: Path) -> set[str]:
     found: set[str] = set()
@@ -480,8 +518,6 @@ def test_the_viewer_uses_only_the_public_api_and_the_tools_interface() -> None:
 
 
 def test_the_viewer_needs_only_the_standard_library() -> None:
-    import sys
-
     allowed = {"journal", "msgspec"} | set(sys.stdlib_module_names)
     for path in PACKAGE.glob("*.py"):
         for m in _imports(path):
