@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli, save_items
 from test_viewer_fixtures import (
     ESCAPE_ID,
     EVENTS_PER_SAVE,
@@ -218,6 +218,29 @@ def test_verify_names_the_file_and_offset_and_the_list_marks_it(
     assert rows["flipped"]["damaged"] and rows["flipped"]["damage"]["offset"] == data[0]["offset"]
     status, _, body = get(server, "/s/flipped/verify?run=1")
     assert status == 200 and data[0]["path"].encode() in body
+
+
+def test_damage_a_read_runs_into_answers_409_with_file_and_offset(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = journal.open(root)
+    for seq in range(6):
+        save_items(store, "hurt", seq, seq + 1, events=3)
+    directory = Path(store.session_dir("hurt"))
+    store.close()
+    seg = next((directory / "log").iterdir())
+    data = bytearray(seg.read_bytes())
+    data[len(data.rstrip(b"\0")) // 2] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    for cache in [*directory.glob("*.idx"), directory / "snapshot"]:
+        cache.unlink()  # nothing to read past the damage from: the log is read
+    with serving(root) as srv:
+        status, _, body = get(srv, "/api/sessions/hurt/events")
+        doc = json.loads(body)
+        assert status == 409 and doc["path"] == str(seg) and isinstance(doc["offset"], int)
+        status, _, body = get(srv, "/s/hurt/timeline")
+        assert status == 409 and str(seg).encode() in body and b'href="/s/hurt/verify"' in body
+        status, _, body = get(srv, "/s/hurt")
+        assert status == 200 and b"Damaged" in body and str(seg).encode() in body
 
 
 def test_conversations_pair_tool_calls_with_their_results(server: ViewerServer) -> None:

@@ -12,6 +12,8 @@ import json
 from typing import Any
 from urllib.parse import quote
 
+from journal import JournalError
+
 from .data import Data, error_doc
 from .html import (
     a,
@@ -226,7 +228,7 @@ def overview_page(data: Data, sid: str) -> str:
                     + _exec_table(ex["executions"])
                     + f"<p>{a(sid_path(sid, 'executions'), 'every execution record →')}</p>"
                 )
-        except Exception as exc:  # damage beyond the caches shows where it is
+        except JournalError as exc:  # damage beyond the caches shows where it is
             recent = damage_banner(error_doc(exc))
     body = (
         f'<h1 class="sid-title">{esc(sid)}</h1>'

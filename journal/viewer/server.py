@@ -35,7 +35,7 @@ from journal import CorruptionError, InvalidInputError, JournalError, NotFoundEr
 
 from . import history, pages
 from .data import Data, error_doc
-from .html import banner, esc, page
+from .html import banner, esc, page, session_tabs
 from .params import Params
 
 STATIC = {
@@ -200,6 +200,11 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             title = "error"
         kind = "damage" if status == 409 else "error"
+        tabs = ""
+        parts = urlsplit(self.path).path.split("/")
+        if status == 409 and len(parts) >= 3 and parts[1] == "s":
+            title = "Damaged"  # a session's page ran into damage: its other pages may read
+            tabs = session_tabs(unquote(parts[2]), "")
         where = ""
         if doc and doc.get("path"):
             where = f' <span class="where">{esc(doc["path"])}'
@@ -208,6 +213,7 @@ class Handler(BaseHTTPRequestHandler):
         html = page(
             title,
             f"<h1>{esc(status)} {esc(title)}</h1>"
+            + tabs
             + banner(kind, esc(message) + where)
             + '<p><a href="/">all sessions</a></p>',
         )
