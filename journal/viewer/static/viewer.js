@@ -34,7 +34,8 @@
   }
   function open(el) {
     if (!el) return;
-    const raw = el.querySelector("details.raw");
+    // a message's own raw JSON (not its tool result's), else the row's
+    const raw = el.querySelector(":scope > details.raw") || el.querySelector("details.raw");
     if (raw) {
       raw.open = !raw.open;
       return;
