@@ -217,6 +217,12 @@ def test_the_conversation_pairs_calls_with_results(
         "shell" in call.text
         and f"output of ls {MAIN_SAVES - 3}" in call.find_element(By.CSS_SELECTOR, ".result").text
     )
+    key(browser, "jj")  # the assistant's call; Enter opens its own raw JSON
+    key(browser, Keys.ENTER)
+    own = items[1].find_element(By.XPATH, "./details[contains(@class, 'raw')]")
+    assert own.get_attribute("open") is not None and '"function_call"' in own.text
+    result_raw = items[1].find_element(By.CSS_SELECTOR, ".result details.raw")
+    assert result_raw.get_attribute("open") is None
     summary = items[0].find_element(By.CSS_SELECTOR, "details.raw > summary")
     summary.click()
     assert '"input_text"' in items[0].find_element(By.CSS_SELECTOR, "details.raw pre").text
