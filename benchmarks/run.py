@@ -61,7 +61,6 @@ WORKLOADS: dict[str, tuple[str, Workload]] = {
     "bytes": ("7. Bytes on disk", reads.w_bytes),
     "disk": ("7b. Disk of many small sessions (du)", costs.w_disk),
     "memory": ("8. Memory while paging a whole session", reads.w_memory),
-    "rss": ("8b. RSS of a process working across many sessions", process.w_rss),
     "sessions": ("9a. list_sessions_page", later.w_sessions),
     "transcript": ("9b. transcript_page / execution_page", later.w_transcript),
     "recent": ("9c. recent_executions", later.w_recent),
@@ -69,6 +68,7 @@ WORKLOADS: dict[str, tuple[str, Workload]] = {
     "delete": ("9e. delete_sessions", later.w_delete),
     "state": ("10. save_state + load_state", costs.w_state),
     "startup": ("11. Start-up: import, journal ls", process.w_startup),
+    "rss": ("12. RSS of a process working across many sessions", process.w_rss),
 }
 
 
