@@ -7,12 +7,16 @@ A new subcommand is a `cmd_x(args, out) -> int` function and a few lines in its
 module's `add_parsers`. The output contract, exit codes and error rules are in
 `EPILOG` below (and so in `journal --help` and docs/cli.md). Reading commands
 never take a writer lock.
+
+A call imports what it uses when it uses it (start-up is most of a call like
+`journal ls`): `main` builds only the parser of the subcommand it runs, the tools'
+entry points come through `journal.inspect` on first use, and `json` is imported
+by the functions that write JSON.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -66,6 +70,8 @@ class Parser(argparse.ArgumentParser):
     commands: dict[str, argparse.ArgumentParser]
 
     def error(self, message: str) -> NoReturn:
+        import json
+
         if Parser.json_errors:
             exc = InvalidInputError(f"{self.prog}: {message}")
             print(json.dumps(error_doc(exc, EXIT_USAGE)), file=sys.stderr)

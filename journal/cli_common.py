@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import shutil
 import sys
@@ -64,9 +63,13 @@ class Output:
         self.damaged: list[dict[str, Any]] = []
 
     def doc(self, value: Any) -> None:
+        import json
+
         print(json.dumps(msgspec.to_builtins(value), indent=2, ensure_ascii=False))
 
     def line(self, value: Any) -> None:
+        import json
+
         print(json.dumps(msgspec.to_builtins(value), ensure_ascii=False), flush=True)
 
     def table(self, headers: list[str], rows: list[list[Any]]) -> None:
@@ -82,6 +85,8 @@ class Output:
             print(text, file=sys.stderr)
 
     def error(self, exc: BaseException, code: int, prefix: str = "") -> None:
+        import json
+
         if self.json:
             doc = error_doc(exc, code)
             doc["error"] = prefix + doc["error"]
@@ -91,6 +96,8 @@ class Output:
 
     def mark_damaged(self, session_id: str, exc: BaseException) -> dict[str, Any]:
         """Note a damaged session (stderr) and remember it for the exit code."""
+        import json
+
         entry = {
             "damaged": session_id,
             "error": str(exc),

@@ -7,7 +7,6 @@ still printed)."""
 from __future__ import annotations
 
 import argparse
-import json
 from functools import partial
 from typing import Any
 
@@ -35,6 +34,8 @@ from .inspect import describe, listed_sessions, replay, session_stats, state_ite
 
 
 def cmd_replay(args: argparse.Namespace, out: Output) -> int:
+    import json
+
     if args.from_seq is not None and args.to is not None and args.from_seq > args.to:
         raise UsageError(f"--from {args.from_seq} is after --to {args.to}")
     with open_store(args) as store:

@@ -4,7 +4,6 @@ checkpoint, tree, diff. None of them takes a writer lock."""
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -211,6 +210,8 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
 
 # --------------------------------------------------------------------- events
 def event_row(e: JournalEvent) -> list[Any]:
+    import json
+
     msg = dict(e.event.msg)
     kind = msg.pop("type", "?")
     msg.pop("session_id", None)
@@ -303,6 +304,8 @@ def cmd_events(args: argparse.Namespace, out: Output) -> int:
 
 # ----------------------------------------------------------------- transcript
 def cmd_transcript(args: argparse.Namespace, out: Output) -> int:
+    import json
+
     with open_store(args) as store:
         page = store.transcript_page(
             args.session, TranscriptPageRequest(before_sequence=args.before, max_batches=args.limit)
@@ -390,6 +393,8 @@ def cmd_executions(args: argparse.Namespace, out: Output) -> int:
 
 # ---------------------------------------------------------- state, checkpoint
 def cmd_state(args: argparse.Namespace, out: Output) -> int:
+    import json
+
     with open_store(args) as store:
         if args.key is not None:
             value = store.load_state(args.scope, args.key)
@@ -474,6 +479,8 @@ def cmd_tree(args: argparse.Namespace, out: Output) -> int:
 
 # ----------------------------------------------------------------------- diff
 def cmd_diff(args: argparse.Namespace, out: Output) -> int:
+    import json
+
     with open_store(args) as store:
         if args.seq:
             a = store.checkpoint_at(args.a, args.seq[0])

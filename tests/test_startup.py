@@ -32,6 +32,7 @@ NOT_FOR_LS = [
     "journal.repair",
     "journal.salvage",
     "journal.verify",
+    "json",  # text output needs none
     "tarfile",
     "tempfile",
 ]
@@ -39,7 +40,9 @@ NOT_FOR_LS = [
 
 def _modules_after(code: str) -> set[str]:
     """The names in `sys.modules` once `code` ran in a fresh interpreter."""
-    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    # (json is imported after the modules are listed: it is one of those looked for)
+    probe = f"{code}\nimport sys\nloaded = sorted(sys.modules)\nimport json\n"
+    probe += "print(json.dumps(loaded))"
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
     )
