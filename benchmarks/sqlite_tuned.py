@@ -13,10 +13,13 @@ performance-minded engineer would write on stdlib `sqlite3` for the same API and
   transcript batches, execution records and context chunks live in rowid tables keyed by
   `sk << 32 | sequence`: the rowid *is* the (session, sequence) index, so a page is one range
   scan of the table's own b-tree (no second index, no overflow pages for 1 KiB rows).
-- Bodies are msgpack (msgspec) BLOBs. The context is stored as chunks (one row per save: the
-  concatenated encodings of the items it appended), so a save writes only its tail and a load
-  decodes the whole context in one call.
-- Indexes for `list_sessions_page` ((updated_at, sequence, id), and per owner), for
+- Bodies are msgpack (msgspec) BLOBs, stored as the API serves them (an event as its
+  `JournalEvent`, a batch with its sequence, a session's `SessionSummary`), so a page is the
+  rows' blobs joined and decoded in one call. The context is stored as chunks (one row per
+  save: the concatenated encodings of the items it appended), so a save writes only its tail
+  and a load decodes the whole context in one call.
+- Covering indexes for `list_sessions_page` ((updated_at, sequence, id, summary), and the
+  same per owner: a page reads the index only), for
   `recent_executions` ((started_at_ms, session id, key)), for children (`parent_id`), and a
   partial index for the event side effects (the deltas of a model step or a submission).
 
@@ -103,9 +106,10 @@ CREATE TABLE IF NOT EXISTS sessions (
     summary BLOB NOT NULL,
     header BLOB NOT NULL
 );
-CREATE INDEX IF NOT EXISTS sessions_recent ON sessions(updated_at DESC, sequence DESC, id DESC);
+CREATE INDEX IF NOT EXISTS sessions_recent
+    ON sessions(updated_at DESC, sequence DESC, id DESC, summary);
 CREATE INDEX IF NOT EXISTS sessions_owner
-    ON sessions(owner, updated_at DESC, sequence DESC, id DESC);
+    ON sessions(owner, updated_at DESC, sequence DESC, id DESC, summary);
 CREATE INDEX IF NOT EXISTS sessions_parent ON sessions(parent_id) WHERE parent_id IS NOT NULL;
 CREATE TABLE IF NOT EXISTS context (k INTEGER PRIMARY KEY, items BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS transcript (
@@ -123,8 +127,7 @@ CREATE TABLE IF NOT EXISTS events (
     grp TEXT,
     phase TEXT,
     nbytes INTEGER,
-    body BLOB NOT NULL,
-    metrics BLOB
+    body BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_grp ON events(grp, k) WHERE grp IS NOT NULL;
 CREATE TABLE IF NOT EXISTS receipts (
@@ -137,10 +140,7 @@ CREATE TABLE IF NOT EXISTS state (
 PRAGMA user_version = 1;
 """
 
-_SUMMARY_COLUMNS = (
-    "id, parent_id, parent_sequence, sequence, catalog_visible, first_user_message, "
-    "created_at, updated_at, summary"
-)
+_SUMMARY_COLUMNS = "summary"
 _ORDER = "ORDER BY updated_at DESC, sequence DESC, id DESC LIMIT ?"
 _LIST = {
     (False, False): f"SELECT {_SUMMARY_COLUMNS} FROM sessions {_ORDER}",
@@ -151,8 +151,8 @@ _LIST = {
     f"WHERE owner = ? AND (updated_at, sequence, id) < (?, ?, ?) {_ORDER}",
 }
 _SESSION_ROW = (
-    "SELECT sk, sequence, epoch, ctx_count, ctx_next, event_seq, token_seq "
-    "FROM sessions WHERE id = ?"
+    "SELECT sk, sequence, epoch, ctx_count, ctx_next, event_seq, token_seq, parent_id, "
+    "parent_sequence, first_user_message, created_at FROM sessions WHERE id = ?"
 )
 _INSERT_SESSION = """
 INSERT INTO sessions (id, parent_id, parent_sequence, owner, sequence, epoch, ctx_count,
@@ -161,16 +161,11 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 _UPDATE_SESSION = """
 UPDATE sessions SET owner = ?, sequence = ?, epoch = ?, ctx_count = ?, ctx_next = ?,
-    catalog_visible = ?, first_user_message = coalesce(first_user_message, ?),
-    updated_at = ?, header = ?, summary = ?
+    catalog_visible = ?, first_user_message = ?, updated_at = ?, header = ?, summary = ?
 WHERE sk = ?
 """
-_INSERT_EVENT = (
-    "INSERT INTO events (k, at, grp, phase, nbytes, body, metrics) VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
-_EVENT_PAGE = """
-SELECT k, at, body, metrics FROM events WHERE k >= ? AND k < ? ORDER BY k DESC LIMIT ?
-"""
+_INSERT_EVENT = "INSERT INTO events (k, at, grp, phase, nbytes, body) VALUES (?, ?, ?, ?, ?, ?)"
+_EVENT_PAGE = "SELECT body FROM events WHERE k >= ? AND k < ? ORDER BY k DESC LIMIT ?"
 _TRANSIENT_KINDS = frozenset({"session_history", "session_resume_requested"})
 _TRANSIENT_FRONTEND = frozenset({"picker", "preview", "widget", "remove_widget"})
 
@@ -202,6 +197,50 @@ def _decode_items(joined: bytes, count: int) -> list[Json]:
     return items
 
 
+def _decode_rows(blobs: Sequence[bytes]) -> list[Json]:
+    """Decode one page of msgpack bodies in one call (as one array)."""
+    return _decode_items(b"".join(blobs), len(blobs))
+
+
+def _summary_blob(
+    session_id: str,
+    checkpoint: dict[str, Json],
+    parent: tuple[str | None, int | None],
+    first_user_message: str | None,
+    created_at: int,
+    updated_at: int,
+) -> bytes:
+    """The session's `SessionSummary`, encoded once per write and served as stored."""
+    return _encode(
+        {
+            "session_id": session_id,
+            "session_context": checkpoint["session_context"],
+            "parent_session_id": parent[0],
+            "parent_sequence": parent[1],
+            "sequence": checkpoint["sequence"],
+            "catalog_visible": bool(checkpoint["catalog_visible"]),
+            "first_user_message": first_user_message,
+            "execution_stats": checkpoint["execution_stats"],
+            "created_at": created_at,
+            "updated_at": updated_at,
+        }
+    )
+
+
+def _batch_blob(sequence: int, created_at: int, joined: bytes, count: int) -> bytes:
+    """A transcript batch `{"sequence", "created_at", "items"}` from already encoded items."""
+    return (
+        b"\x83"
+        + _encode("sequence")
+        + _encode(sequence)
+        + _encode("created_at")
+        + _encode(created_at)
+        + _encode("items")
+        + _array_header(count)
+        + joined
+    )
+
+
 def _sequence(value: object, name: str) -> int:
     if type(value) is not int or not 0 <= value <= MAX_SEQUENCE:
         raise SqliteTunedError(f"{name} must be an integer in 0..{MAX_SEQUENCE}: {value!r}")
@@ -229,7 +268,6 @@ class _Prepared(NamedTuple):
     epoch: int
     context: list[Json]
     header: bytes
-    summary: bytes
     owner: str
     now: int
 
@@ -438,7 +476,6 @@ class SqliteTunedStore:
                 raise SqliteTunedError("event journal timestamp cannot be negative")
         context: list[Json] = checkpoint["context"]
         header = _encode({key: value for key, value in checkpoint.items() if key != "context"})
-        summary = _encode((checkpoint["session_context"], checkpoint["execution_stats"]))
         owner = checkpoint["session_context"]["owner_id"]
         now = int(time.time())
         return _Prepared(
@@ -451,7 +488,6 @@ class SqliteTunedStore:
             epoch,
             context,
             header,
-            summary,
             owner,
             now,
         )
@@ -470,13 +506,14 @@ class SqliteTunedStore:
             epoch,
             context,
             header,
-            summary,
             owner,
             now,
         ) = p
         row = db.execute(_SESSION_ROW, (session_id,)).fetchone()
+        first_message = checkpoint.get("first_user_message")
         if row is None:
             joined = _join_items(context)
+            summary = _summary_blob(session_id, checkpoint, (None, None), first_message, now, now)
             cur = db.execute(
                 _INSERT_SESSION,
                 (
@@ -501,7 +538,10 @@ class SqliteTunedStore:
                 db.execute("INSERT INTO context (k, items) VALUES (?, ?)", (sk << SHIFT, joined))
             event_seq = token_seq = 0
         else:
-            sk, stored_seq, stored_epoch, count, chunk, event_seq, token_seq = row
+            sk, stored_seq, stored_epoch, count, chunk, event_seq, token_seq = row[:7]
+            parent_id, parent_sequence, stored_message, created_at = row[7:]
+            if stored_message is not None:
+                first_message = stored_message
             if sequence <= stored_seq:
                 raise SqliteTunedError(
                     f"checkpoint sequence did not advance (stored {stored_seq}, got {sequence})"
@@ -517,6 +557,14 @@ class SqliteTunedStore:
             joined, tail, chunk = self._plan_context(
                 db, sk, hint, stored_epoch, count, chunk, context, epoch
             )
+            summary = _summary_blob(
+                session_id,
+                checkpoint,
+                (parent_id, parent_sequence),
+                first_message,
+                created_at,
+                now,
+            )
             db.execute(
                 _UPDATE_SESSION,
                 (
@@ -526,7 +574,7 @@ class SqliteTunedStore:
                     len(context),
                     chunk + (1 if tail else 0),
                     checkpoint["catalog_visible"],
-                    checkpoint.get("first_user_message"),
+                    first_message,
                     now,
                     header,
                     summary,
@@ -547,7 +595,11 @@ class SqliteTunedStore:
         if transcript_delta:
             db.execute(
                 "INSERT INTO transcript (k, created_at, items) VALUES (?, ?, ?)",
-                ((sk << SHIFT) | sequence, now, _encode(list(transcript_delta))),
+                (
+                    (sk << SHIFT) | sequence,
+                    now,
+                    _encode({"sequence": sequence, "created_at": now, "items": transcript_delta}),
+                ),
             )
         if execution is not None:
             db.execute(
@@ -648,7 +700,8 @@ class SqliteTunedStore:
             kind = msg.get("type")
             if _is_transient(msg):
                 continue
-            grp = phase = nbytes = metrics = None
+            grp = phase = nbytes = None
+            metrics: list[Json] = []
             if kind == "assistant_content_delta":
                 step = msg.get("model_step_id")
                 if isinstance(step, str):
@@ -665,7 +718,15 @@ class SqliteTunedStore:
                     db.executemany(_INSERT_EVENT, rows)
                     rows = []
                 metrics, token_seq = self._side_effect(db, sk, kind, event, event_seq, token_seq)
-            rows.append((base | event_seq, at, grp, phase, nbytes, _encode(event), metrics))
+            body = _encode(
+                {
+                    "sequence": event_seq,
+                    "recorded_at_ms": at,
+                    "event": event,
+                    "stream_metrics": metrics,
+                }
+            )
+            rows.append((base | event_seq, at, grp, phase, nbytes, body))
         if rows:
             db.executemany(_INSERT_EVENT, rows)
         if update:
@@ -686,8 +747,8 @@ class SqliteTunedStore:
         event: dict[str, Json],
         sequence: int,
         token_seq: int,
-    ) -> tuple[bytes | None, int]:
-        """Apply one compaction rule; returns (stream metrics blob, token_count sequence)."""
+    ) -> tuple[list[Json], int]:
+        """Apply one compaction rule; returns (stream metrics, token_count sequence)."""
         base = sk << SHIFT
         msg = event["msg"]
         bounds = (base, base | LOW)
@@ -721,8 +782,8 @@ class SqliteTunedStore:
                         "UPDATE events SET grp = NULL WHERE grp = ? AND k >= ? AND k <= ?",
                         ("s\0" + step, *bounds),
                     )
-                return _encode(metrics), token_seq
-        return None, token_seq
+                return metrics, token_seq
+        return [], token_seq
 
     def _stream_metrics(
         self, db: sqlite3.Connection, grp: str, bounds: tuple[int, int]
@@ -787,9 +848,11 @@ class SqliteTunedStore:
         epoch = _sequence(checkpoint["context_epoch"], "context epoch")
         context: list[Json] = checkpoint["context"]
         header = _encode({key: value for key, value in checkpoint.items() if key != "context"})
-        summary = _encode((checkpoint["session_context"], checkpoint["execution_stats"]))
         joined = _join_items(context)
         now = int(time.time())
+        first_message = checkpoint.get("first_user_message")
+        parent = (parent_session_id, parent_sequence)
+        summary = _summary_blob(session_id, checkpoint, parent, first_message, now, now)
         connection = self._conn()
         with _Transaction(connection.db) as db:
             data_version = db.execute("PRAGMA data_version").fetchone()[0]
@@ -827,21 +890,11 @@ class SqliteTunedStore:
                 db.execute("INSERT INTO context (k, items) VALUES (?, ?)", (sk << SHIFT, joined))
                 db.execute(
                     "INSERT INTO transcript (k, created_at, items) VALUES (?, ?, ?)",
-                    (sk << SHIFT, now, _array_header(len(context)) + joined),
+                    (sk << SHIFT, now, _batch_blob(0, now, joined, len(context))),
                 )
         self._remember(connection, sk, 0, epoch, data_version, len(context), joined)
-        return {
-            "session_id": session_id,
-            "session_context": checkpoint["session_context"],
-            "parent_session_id": parent_session_id,
-            "parent_sequence": parent_sequence,
-            "sequence": 0,
-            "catalog_visible": bool(checkpoint["catalog_visible"]),
-            "first_user_message": checkpoint.get("first_user_message"),
-            "execution_stats": checkpoint["execution_stats"],
-            "created_at": now,
-            "updated_at": now,
-        }
+        result: dict[str, Json] = _decode(summary)
+        return result
 
     def delete_sessions(self, session_ids: Sequence[str]) -> bool:
         """Delete the sessions, their descendants and their session-scoped state, or nothing.
@@ -926,7 +979,8 @@ class SqliteTunedStore:
         return bool(row[0])
 
     def event_page(self, session_id: str, before_sequence: int | None, limit: int) -> EventPage:
-        """Retained events with sequence < `before_sequence` (None: newest), newest first."""
+        """Retained events with sequence < `before_sequence` (None: newest), newest first.
+        The page's bodies (stored as served) are decoded in one call."""
         if limit <= 0:
             raise SqliteTunedError("event journal page limit must be positive")
         with _Transaction(self._conn().db, "BEGIN") as db:
@@ -939,15 +993,7 @@ class SqliteTunedStore:
             end = base + (LOW + 1 if before_sequence is None else min(before_sequence, LOW + 1))
             rows = db.execute(_EVENT_PAGE, (base, end, limit + 1)).fetchall()
         has_more = len(rows) > limit
-        events = [
-            {
-                "sequence": k & LOW,
-                "recorded_at_ms": at,
-                "event": _decode(body),
-                "stream_metrics": _decode(metrics) if metrics is not None else [],
-            }
-            for k, at, body, metrics in rows[:limit]
-        ]
+        events = _decode_rows([body for (body,) in rows[:limit]])
         return EventPage(row[1], events, events[-1]["sequence"] if has_more else None)
 
     def events_after(
@@ -962,59 +1008,49 @@ class SqliteTunedStore:
             return []
         base = row[0] << SHIFT
         rows = db.execute(
-            "SELECT k, at, body, metrics FROM events WHERE k > ? AND k <= ? ORDER BY k LIMIT ?",
+            "SELECT body FROM events WHERE k > ? AND k <= ? ORDER BY k LIMIT ?",
             (base | min(after_sequence, LOW), base | LOW, limit),
-        )
-        return [
-            {
-                "sequence": k & LOW,
-                "recorded_at_ms": at,
-                "event": _decode(body),
-                "stream_metrics": _decode(metrics) if metrics is not None else [],
-            }
-            for k, at, body, metrics in rows
-        ]
+        ).fetchall()
+        return _decode_rows([body for (body,) in rows])
 
     def _range_page(
-        self, table: str, columns: str, session_id: str, before: int | None, limit: int
-    ) -> list[tuple[Any, ...]]:
+        self, table: str, column: str, session_id: str, before: int | None, limit: int
+    ) -> tuple[list[Json], int | None]:
+        """One newest-first page of a (session, sequence) table: the decoded bodies and the
+        next exclusive cursor."""
         db = self._conn().db
         row = db.execute("SELECT sk FROM sessions WHERE id = ?", (session_id,)).fetchone()
         if row is None:
-            return []
+            return [], None
         base = row[0] << SHIFT
         end = base + (LOW + 1 if before is None else min(before, LOW + 1))
-        return db.execute(
-            f"SELECT k, {columns} FROM {table} WHERE k >= ? AND k < ? ORDER BY k DESC LIMIT ?",
+        rows = db.execute(
+            f"SELECT k, {column} FROM {table} WHERE k >= ? AND k < ? ORDER BY k DESC LIMIT ?",
             (base, end, limit + 1),
         ).fetchall()
+        page = rows[:limit]
+        nxt = page[-1][0] & LOW if len(rows) > limit else None
+        return _decode_rows([blob for _, blob in page]), nxt
 
     def transcript_page(
         self, session_id: str, before_sequence: int | None, max_batches: int
     ) -> TranscriptPage:
         if max_batches <= 0:
             raise SqliteTunedError("transcript page limit must be positive")
-        rows = self._range_page(
-            "transcript", "created_at, items", session_id, before_sequence, max_batches
+        batches, nxt = self._range_page(
+            "transcript", "items", session_id, before_sequence, max_batches
         )
-        has_more = len(rows) > max_batches
-        batches = [
-            {"sequence": k & LOW, "created_at": created_at, "items": _decode(items)}
-            for k, created_at, items in rows[:max_batches]
-        ]
-        return TranscriptPage(batches, batches[-1]["sequence"] if has_more else None)
+        return TranscriptPage(batches, nxt)
 
     def execution_page(
         self, session_id: str, before_sequence: int | None, limit: int
     ) -> ExecutionPage:
         if limit <= 0:
             raise SqliteTunedError("execution page limit must be positive")
-        rows = self._range_page("executions", "record", session_id, before_sequence, limit)
-        has_more = len(rows) > limit
-        rows = rows[:limit]
-        return ExecutionPage(
-            [_decode(record) for _, record in rows], rows[-1][0] & LOW if has_more else None
+        executions, nxt = self._range_page(
+            "executions", "record", session_id, before_sequence, limit
         )
+        return ExecutionPage(executions, nxt)
 
     def recent_executions(self, limit: int) -> list[dict[str, Json]]:
         """Newest executions across all sessions (started_at_ms, session_id, sequence DESC)."""
@@ -1024,15 +1060,18 @@ class SqliteTunedStore:
             "SELECT record FROM executions ORDER BY started_at_ms DESC, sid DESC, k DESC LIMIT ?",
             (limit,),
         )
-        return [_decode(record) for (record,) in rows]
+        return _decode_rows([record for (record,) in rows])
 
     def session_summary(self, session_id: str) -> dict[str, Json] | None:
         row = (
             self._conn()
-            .db.execute(f"SELECT {_SUMMARY_COLUMNS} FROM sessions WHERE id = ?", (session_id,))
+            .db.execute("SELECT summary FROM sessions WHERE id = ?", (session_id,))
             .fetchone()
         )
-        return None if row is None else _summary(row)
+        if row is None:
+            return None
+        summary: dict[str, Json] = _decode(row[0])
+        return summary
 
     def session_metadata(self, session_id: str) -> dict[str, Json] | None:
         row = (
@@ -1062,7 +1101,7 @@ class SqliteTunedStore:
         sql = _LIST[(owner_id is not None, cursor is not None)]
         rows = self._conn().db.execute(sql, params).fetchall()
         has_more = len(rows) > limit
-        sessions = [_summary(row) for row in rows[:limit]]
+        sessions = _decode_rows([summary for (summary,) in rows[:limit]])
         next_cursor = None
         if has_more:
             last = sessions[-1]
@@ -1076,33 +1115,6 @@ class SqliteTunedStore:
             .fetchone()
         )
         return None if row is None else _decode(row[0])
-
-
-def _summary(row: tuple[Any, ...]) -> dict[str, Json]:
-    (
-        session_id,
-        parent_id,
-        parent_sequence,
-        sequence,
-        catalog_visible,
-        first_user_message,
-        created_at,
-        updated_at,
-        summary,
-    ) = row
-    session_context, stats = _decode(summary)
-    return {
-        "session_id": session_id,
-        "session_context": session_context,
-        "parent_session_id": parent_id,
-        "parent_sequence": parent_sequence,
-        "sequence": sequence,
-        "catalog_visible": bool(catalog_visible),
-        "first_user_message": first_user_message,
-        "execution_stats": stats,
-        "created_at": created_at,
-        "updated_at": updated_at,
-    }
 
 
 if __name__ == "__main__":

@@ -11,4 +11,6 @@ costs.py     the opaque 50 KiB save, bulk creation, disk of many sessions, state
 reads.py     event pages, open, bytes, memory
 later.py     catalog pages, transcript/execution pages, recent executions, fork, delete
 process.py   fresh processes: cold open, start-up, RSS (they run child.py)
+child.py     what such a fresh process does (a script)
+combine.py   several runs' --json files as one table of medians and spreads (a script)
 """
