@@ -15,7 +15,9 @@ The server is `python -m journal.viewer --root STORE --port 0`, a separate proce
 (read-only, as a user runs it); the client is `http.client` over one keep-alive
 connection. For each page the first request after the server started (cold: nothing
 of the session is open yet) is reported on its own, then the median, spread and
-90th percentile of `--repeat` further requests. Nothing here asserts on timings.
+90th percentile of `--repeat` further requests, and how long the server took to
+say it was serving (it reads the catalog before that). Nothing here asserts on
+timings.
 """
 
 from __future__ import annotations
@@ -155,7 +157,9 @@ class Server:
             text=True,
         )
         assert self.proc.stdout is not None
+        started = time.perf_counter()
         line = self.proc.stdout.readline()  # "serving http://127.0.0.1:PORT/ ..."
+        self.start_ms = (time.perf_counter() - started) * 1000
         self.port = int(line.split("127.0.0.1:")[1].split("/")[0])
         self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
 
@@ -172,7 +176,7 @@ class Server:
         self.proc.wait(10)
 
 
-def measure(root: Path, paths: list[str], repeat: int) -> list[dict[str, Any]]:
+def measure(root: Path, paths: list[str], repeat: int) -> dict[str, Any]:
     server = Server(root)
     rows = []
     try:
@@ -194,7 +198,7 @@ def measure(root: Path, paths: list[str], repeat: int) -> list[dict[str, Any]]:
             )
     finally:
         server.close()
-    return rows
+    return {"start_ms": round(server.start_ms), "pages": rows}
 
 
 def main() -> None:
@@ -232,10 +236,10 @@ def main() -> None:
     for root in roots:
         name = root.name.split("-")[0]
         paths = long_paths if name == "events" else list_paths
-        results[name] = {"store": str(root), "pages": measure(root, paths, args.repeat)}
+        results[name] = {"store": str(root), **measure(root, paths, args.repeat)}
     print(f"{'page':<44} {'bytes':>8} {'cold':>8} {'median':>8} {'min':>7} {'p90':>7} {'max':>7}")
     for name, block in results.items():
-        print(f"-- {name}: {block['store']}")
+        print(f"-- {name}: {block['store']} (server up in {block['start_ms']:.0f} ms)")
         for r in block["pages"]:
             print(
                 f"{r['path']:<44} {r['bytes']:>8} {r['cold_ms']:>7.1f} {r['median_ms']:>7.1f}"

@@ -75,6 +75,9 @@ class Data:
             raise NotFoundError(f"no journal store at {root}")
         self.root = os.path.abspath(root)
         self.store = journal.open(root, read_only=True, create=False)
+        # The catalog is read on its first use: here, before the server answers,
+        # rather than in the first visitor's request.
+        self.store.list_sessions_page(SessionPageRequest(limit=1))
         self._lock = threading.Lock()
         # what verify found, by session id: (log bytes verified, first data finding)
         self._verified: dict[str, tuple[int, dict[str, Any] | None]] = {}
