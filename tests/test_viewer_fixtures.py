@@ -104,7 +104,7 @@ def _long_session(store: journal.Store, sid: str, saves: int, owner: str = "alic
 
 
 def build_store(root: Path) -> None:
-    store = journal.open(root)
+    store = journal.open(root, durability="os")  # quicker to build; nothing here is about syncs
     try:
         _long_session(store, "main", MAIN_SAVES)
         store.save_state("main", "tasks.v1", {"open": 2, "note": HOSTILE})
