@@ -3,38 +3,61 @@
 The catalog is an append-only log (`ROOT/catalog/log/`, same segment and record
 format as a session log, record type CATALOG) of summary upserts and deletions.
 Writers append one self-committing record after each commit, without fsync:
-the catalog is derived data, never the source of truth. Each process keeps the
-catalog in memory (summaries, an ordered key list per owner, and the execution
-keys for `recent_executions`) and catches up by reading records appended since
-it last looked.
+the catalog is derived data, never the source of truth.
 
-Correctness after a crash comes from reconciliation, not from fsync:
-- every Store that writes registers itself in `ROOT/procs/` with a file it keeps
-  locked, listing the session directories it wrote to. A registration whose
-  lock is free belongs to a dead process: the sessions it names are re-derived
-  from their logs (cheap: a snapshot and a tail) and corrected in the catalog;
-- after a reboot (the boot id changed) every session is re-checked, because
-  unsynced catalog records may have been lost with the power;
-- a missing or damaged catalog is rebuilt from the session directories.
+A process never holds the whole catalog. It reads the catalog's base
+(`catalog/base`, catalogbase.py: every listed session as of one log position,
+in sorted tables read a block at a time) and keeps only the log's records after
+that position in memory, as a delta over the base (catalogview.py); it catches
+up by reading records appended since it last looked. Once the delta grows past
+a bound (`DELTA_SESSIONS`, `DELTA_LOG_BYTES`), a new base is written by a
+streaming merge of the old one and the delta, in the store's background thread,
+to a temporary name, fsynced and renamed into place; every process then adopts
+the newest base the next time its own delta is past the bound. A base that is
+missing, damaged, of another version or not anchored in this log is ignored:
+the log is read from its start instead, and a new base written.
+
+Correctness after a crash comes from reconciliation, not from fsync (upkeep.py,
+registry.py): sessions a dead process wrote are re-derived from their logs,
+every session is re-checked after a reboot, and a missing or damaged catalog
+is rebuilt from the session directories.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
 
 import msgspec
 
 from . import fsio
 from .cache import ReadCache
-from .errors import CorruptionError, JournalError, StorageError
-from .layout import BOOT_FILE, CATALOG_DIR, LOCK_FILE, LOG_DIR, PROCS_DIR, SNAPSHOT_FILE, dir_name
+from .catalogbase import Base, BaseDamaged, BaseWriter
+from .catalogrecords import (
+    BaseMeta,
+    CatalogRecord,
+    ExecKey,
+    SortKey,
+    Span,
+    copy_of,
+    decode_meta,
+    decode_record,
+    encode,
+)
+from .catalogview import CatalogView
+from .errors import CorruptionError, JournalError
+from .layout import (
+    CATALOG_BASE_FILE,
+    CATALOG_BASE_TMP_PREFIX,
+    CATALOG_DIR,
+    LOCK_FILE,
+    LOG_DIR,
+    SNAPSHOT_FILE,
+)
 from .locks import FileLock
 from .log import KIND_CATALOG, Log
 from .record import CATALOG, frame
@@ -42,61 +65,13 @@ from .rootcheck import mkdir_below
 from .scan import ScanState, Tail
 from .types import SessionSummary
 
-OP_UPSERT = 1
-OP_DELETE = 2
-OP_RESET = 3
-"""Reconciliation: the entry is replaced by this one whatever `covered` says.
-
-An upsert only wins over a greater `covered`, which is right among writers of
-one log, but the catalog can also be *ahead* of a session's log: a copy taken
-while a writer ran (`cp -a` copies the catalog after the session), a power loss
-in "os" mode (the catalog's unsynced bytes survived, the log's did not), a log
-cut by `journal repair`. Only a record derived from the log as it is can undo
-that; it is written under the session's writer lock, so no commit is missed.
-"""
-OP_EXECUTION = 4
-"""A copy of one execution record (`record`), appended right after the upsert of the
-commit that added it, so that `recent_executions` reads its answer from the catalog
-log alone instead of opening up to `limit` sessions. Derived data like the rest:
-an entry whose copy is unknown (rebuilt or reconciled entries) or fails its checks
-is read from the session's own log instead."""
-
-
-class CatalogRecord(msgspec.Struct, array_like=True):
-    op: int
-    session_id: str
-    covered: int  # session log position the summary reflects (newer wins)
-    summary: SessionSummary | None = None
-    execution: tuple[int, int] | None = None  # (checkpoint sequence, started_at_ms)
-    executions: list[tuple[int, int]] = msgspec.field(default_factory=list)  # full list on rebuild
-    record: bytes = b""  # OP_EXECUTION: the ExecutionRecord payload (msgpack)
-    where: list[tuple[int, int, int]] = msgspec.field(default_factory=list)  # snapshot only
-
-
-_decode = msgspec.msgpack.Decoder(CatalogRecord).decode
-_encode = msgspec.msgpack.Encoder().encode
-
-
-class CatalogSnapshot(msgspec.Struct, array_like=True):
-    """The whole in-memory catalog at a log position, so opening does not replay history."""
-
-    covered: int
-    anchor_pos: int  # the commit-closing record that ends at `covered` (validated on load)
-    anchor_crc: int
-    entries: list[CatalogRecord]  # one upsert per listed session, with all its executions
-
-
-_decode_snapshot = msgspec.msgpack.Decoder(CatalogSnapshot).decode
 _CHECKED_COPIES_KEPT = 1024
-SNAPSHOT_MIN_GROWTH = 32 << 10  # a snapshot is rewritten after max(this, 2x its size)
-
-SortKey = tuple[int, int, str]  # (updated_at, sequence, session_id), ascending
-ExecKey = tuple[int, str, int]  # (started_at_ms, session_id, sequence), ascending
-Span = tuple[int, int]  # (position, framed size) of a record in the catalog log
-
-
-def sort_key(s: SessionSummary) -> SortKey:
-    return (s.updated_at, s.sequence, s.session_id)
+DELTA_SESSIONS = 4096  # a new base once the delta holds this many sessions ...
+DELTA_LOG_BYTES = 1 << 20  # ... or the log grew this much past the base ...
+DELTA_SHARE = 32  # ... or, in a large catalog, 1/32 of its sessions and log,
+DELTA_LOG_MAX = 4 << 20  # but never more log than this (an open replays it)
+ADOPT_EVERY = 1.0  # seconds between looks for a newer base while over the bound
+BASE_TMP_MAX_AGE = 600.0  # seconds: an older temporary base is a dead writer's
 
 
 class Catalog:
@@ -108,6 +83,7 @@ class Catalog:
         lock_timeout: float,
         read_only: bool = False,
         read_cache: ReadCache | None = None,
+        background: Callable[[Callable[[], None]], None] | None = None,
     ):
         self.dir = os.path.join(root, CATALOG_DIR)
         self.lock_timeout = lock_timeout
@@ -128,8 +104,14 @@ class Catalog:
             self.log = self._open_log()
         self.flock = FileLock(os.path.join(self.dir, LOCK_FILE), "the catalog")
         self._lock = threading.RLock()
-        self._reset()
-        self._load_snapshot()
+        # Runs a base rewrite off the caller's path (the store's job runner); None:
+        # never rewritten by this object.
+        self._background = background
+        self._bases: list[Base] = []  # every base opened: closed with the catalog
+        self._damaged: set[tuple[int, int]] = set()  # bases found damaged: never again
+        self._merging = False
+        self.base_path = os.path.join(self.dir, CATALOG_BASE_FILE)
+        self._reset(self._open_base())
 
     def _open_log(self) -> Log:
         return Log(
@@ -140,204 +122,225 @@ class Catalog:
             cache=self._read_cache,
         )
 
-    def _reset(self) -> None:
-        """Forget everything read from the log (opening, or following a new catalog)."""
-        self.covered = 0
-        self.summaries: dict[str, SessionSummary] = {}
-        self.children: dict[str, set[str]] = {}  # parent id -> listed sessions forked from it
-        # The directory names of the listed sessions, built on first use (hashing
-        # every id at each open cost 0.4 s at 40,000 sessions), then kept current.
-        self._dir_names: set[str] | None = None
-        self.positions: dict[str, int] = {}
-        self.keys: list[SortKey] = []
-        self.by_owner: dict[str, list[SortKey]] = {}
-        self.execs: dict[str, list[tuple[int, int]]] = {}
-        self.exec_seqs: dict[str, set[int]] = {}
-        self.exec_keys: list[ExecKey] = []
-        self.exec_copies: dict[tuple[str, int], Span] = {}  # (sid, seq) -> OP_EXECUTION record
-        self._checked_copies: dict[tuple[int, int, ExecKey], bytes] = {}  # see execution_copies
-        self.anchor = (0, 0)
+    def _reset(self, base: tuple[Base, BaseMeta] | None) -> None:
+        """Start over from a base (None: from the log's start), forgetting the delta."""
+        if base is None:
+            self.view = CatalogView(None)
+            self.base_meta = BaseMeta(0, 0, 0, 0, 0)
+        else:
+            self.view = CatalogView(base[0])
+            self.base_meta = base[1]
+        self.covered = self.base_meta.covered
+        self.anchor = (self.base_meta.anchor_pos, self.base_meta.anchor_crc)
+        self._checked_copies: dict[tuple[int, int, ExecKey], bytes] = {}  # execution_copies
         self._quiet_mark = -1  # flock acquisitions at our last complete append
-        self._snapshot_covered = 0
-        self._snapshot_size = 0
+        self._looked_at = 0.0  # when we last looked for a newer base
 
-    # --------------------------------------------------------------- snapshot
-    def _load_snapshot(self) -> None:
-        from .metafile import KIND_CATALOG_SNAPSHOT, read_meta
-
-        path = os.path.join(self.dir, SNAPSHOT_FILE)
+    # ------------------------------------------------------------------ base
+    def _open_base(self) -> tuple[Base, BaseMeta] | None:
+        """The base at `base_path`, if it is whole, of this version and anchored in
+        this log (else None: the log is read from its start)."""
         try:
-            raw = read_meta(path, KIND_CATALOG_SNAPSHOT)
-            snap = _decode_snapshot(raw)
-        except (FileNotFoundError, JournalError, msgspec.DecodeError):
-            return  # derived data: without a usable snapshot we replay the log
-        if snap.covered:
+            base = Base(self.base_path)
+        except (FileNotFoundError, BaseDamaged):
+            return None
+        if base.identity in self._damaged:  # a read-only catalog leaves it in place
+            base.close()
+            return None
+        opened = self._check_base(base)
+        if opened is None:
+            base.close()
+        return opened
+
+    def _check_base(self, base: Base) -> tuple[Base, BaseMeta] | None:
+        try:
+            meta = decode_meta(base.meta)
+        except msgspec.DecodeError:
+            return None
+        if meta.covered:
+            if self.log is None:
+                return None
+            try:
+                size = meta.covered - meta.anchor_pos
+                if not self.log.closes_commit(meta.anchor_pos, size, meta.anchor_crc):
+                    return None
+            except JournalError:
+                return None
+        self._bases.append(base)
+        return base, meta
+
+    def _discard_base(self) -> None:
+        """(lock held) The base failed a check while in use: forget it, to read the
+        log from its start (`_refresh`); a writable catalog writes a new base."""
+        base = self.view.base
+        if base is not None:
+            self._damaged.add(base.identity)
+        if not self.read_only:
+            with contextlib.suppress(OSError, JournalError):
+                if base is not None and _identity(self.base_path) == base.identity:
+                    fsio.unlink(self.base_path)
+        self._reset(None)
+        self._request_rewrite()
+
+    def _guarded(self, fn: Callable[[CatalogView], object]) -> object:
+        """`fn(view)`; if the base fails a check meanwhile, again without the base."""
+        with self._lock:
+            try:
+                return fn(self.view)
+            except BaseDamaged:
+                self._discard_base()
+                self._refresh(False)
+                return fn(self.view)
+
+    def _delta_bounds(self) -> tuple[int, int]:
+        meta = self.base_meta
+        return (
+            max(DELTA_SESSIONS, meta.sessions // DELTA_SHARE),
+            min(max(DELTA_LOG_BYTES, meta.log_bytes // DELTA_SHARE), DELTA_LOG_MAX),
+        )
+
+    def _bound_delta(self) -> None:
+        """(lock held, after applying records) Keep the delta small: adopt a newer
+        base another process wrote, or have a new one written in the background."""
+        sessions, log_bytes = self._delta_bounds()
+        if len(self.view.delta) < sessions and self.covered - self.base_meta.covered < log_bytes:
+            return
+        now = time.monotonic()
+        if now - self._looked_at < ADOPT_EVERY:
+            return
+        self._looked_at = now
+        if self._adopt_newer():
+            return
+        self._request_rewrite()
+
+    def _adopt_newer(self) -> bool:
+        """Adopt the base at `base_path` if it is another than ours and usable."""
+        base = self.view.base
+        try:
+            if base is not None and _identity(self.base_path) == base.identity:
+                return False
+        except OSError:
+            return False
+        opened = self._open_base()
+        if opened is None or opened[1].covered <= self.base_meta.covered:
+            return False
+        self._reset(opened)
+        self._refresh(False)
+        return True
+
+    def _request_rewrite(self) -> None:
+        if self.read_only or self.log is None or self._background is None or self._merging:
+            return
+        if not self.view.delta:
+            return
+        self._merging = True
+        self._background(self.rewrite_base)
+
+    def rewrite_base(self) -> None:
+        """Write a new base: the current one merged with the delta (streamed: memory
+        stays that of the delta), then adopt it. Best effort: a base that cannot be
+        written (a full disk) leaves the old one, tried again later."""
+        try:
+            try:
+                self._rewrite()
+            except BaseDamaged:
+                with self._lock:  # the old base is not merged: the log is read instead
+                    self._discard_base()
+                    self._refresh(False)
+                self._rewrite()
+        except (JournalError, OSError):
+            pass
+        finally:
+            self._merging = False
+
+    def _rewrite(self) -> None:
+        with self._lock:
             if self.log is None:
                 return
-            try:
-                anchored = self.log.closes_commit(
-                    snap.anchor_pos, snap.covered - snap.anchor_pos, snap.anchor_crc
-                )
-            except JournalError:
-                return
-            if not anchored:
-                return
-        for entry in snap.entries:
-            if entry.summary is None:
-                continue
-            sid = entry.session_id
-            self._set_summary(sid, entry.summary)
-            self.positions[sid] = entry.covered
-            self.execs[sid] = list(entry.executions)
-            self.exec_seqs[sid] = {seq for seq, _ in entry.executions}
-            for seq, pos, size in entry.where:
-                self.exec_copies[(sid, seq)] = (pos, size)
-        self.keys = sorted(sort_key(x) for x in self.summaries.values())
-        for key in self.keys:
-            owner = self.summaries[key[2]].session_context.owner_id
-            self.by_owner.setdefault(owner, []).append(key)
-        self.exec_keys = sorted(
-            (started, sid, seq) for sid, execs in self.execs.items() for seq, started in execs
+            frozen = self.view.frozen()
+            merging = CatalogView(self.view.base)
+            covered, anchor = self.covered, self.anchor
+        self._remove_abandoned_temps()
+        tmp = os.path.join(
+            self.dir, f"{CATALOG_BASE_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
         )
-        self.covered = snap.covered
-        self.anchor = (snap.anchor_pos, snap.anchor_crc)
-        self._snapshot_covered = snap.covered
-        self._snapshot_size = len(raw)
+        writer = BaseWriter(tmp)
+        try:
+            sessions = merging.write_merged(writer, frozen)
+            writer.finish(encode(BaseMeta(covered, anchor[0], anchor[1], sessions, covered)))
+        except BaseException:
+            writer.abort()
+            raise
+        try:
+            written = Base(tmp)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        fsio.rename(tmp, self.base_path)
+        written.path = self.base_path
+        with self._lock:
+            opened = self._check_base(written)
+            if opened is None:
+                written.close()
+                return
+            if opened[1].covered > self.base_meta.covered:
+                self._reset(opened)
+                self.refresh()
+        # The whole-catalog snapshot of earlier versions: never read, so not kept.
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(self.dir, SNAPSHOT_FILE))
 
-    def _write_snapshot(self) -> None:
-        """Cache the catalog (no fsync: a torn or stale snapshot is ignored on load)."""
-        from .metafile import KIND_CATALOG_SNAPSHOT, write_meta
-
-        entries = [
-            CatalogRecord(
-                OP_UPSERT,
-                sid,
-                self.positions[sid],
-                summary,
-                executions=self.execs.get(sid, []),
-                where=[
-                    (seq, *self.exec_copies[(sid, seq)])
-                    for seq, _ in self.execs.get(sid, [])
-                    if (sid, seq) in self.exec_copies
-                ],
-            )
-            for sid, summary in self.summaries.items()
-        ]
-        raw = _encode(CatalogSnapshot(self.covered, self.anchor[0], self.anchor[1], entries))
-        path = os.path.join(self.dir, SNAPSHOT_FILE)
-        # A cache: one that cannot be written (a full disk) is left as it was and
-        # tried again once the log grows further; it never fails the append.
-        if write_meta(path, KIND_CATALOG_SNAPSHOT, raw, durable=False):
-            self._snapshot_covered = self.covered
-            self._snapshot_size = len(raw)
+    def _remove_abandoned_temps(self) -> None:
+        """Temporary bases of writers that died before renaming them."""
+        cutoff = time.time() - BASE_TMP_MAX_AGE
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.dir):
+                if not name.startswith(CATALOG_BASE_TMP_PREFIX):
+                    continue
+                path = os.path.join(self.dir, name)
+                with contextlib.suppress(OSError):
+                    if os.stat(path).st_mtime < cutoff:
+                        os.unlink(path)
 
     # ------------------------------------------------------------------ reading
     def refresh(self, *, strict: bool = False) -> ScanState:
         with self._lock:
-            state = ScanState()
-            if self.log is None:
-                return state
-            for commit in self.log.committed(self.covered, state, strict=strict):
-                for rec in commit:
-                    self._apply(_decode_record(rec.payload, rec.pos), (rec.pos, rec.size))
-                self.covered = commit[-1].pos + commit[-1].size
-                self.anchor = (commit[-1].pos, commit[-1].crc)
+            try:
+                return self._refresh(strict)
+            except BaseDamaged:
+                self._discard_base()
+                return self._refresh(strict)
+
+    def _refresh(self, strict: bool) -> ScanState:
+        state = ScanState()
+        if self.log is None:
             return state
+        if not strict and self.covered and self.log.quiet_since(self.covered):
+            state.end = self.covered  # nothing appended since (one pread, no listing)
+            return state
+        for commit in self.log.committed(self.covered, state, strict=strict):
+            for rec in commit:
+                self._apply(decode_record(rec.payload, rec.pos), (rec.pos, rec.size))
+            self.covered = commit[-1].pos + commit[-1].size
+            self.anchor = (commit[-1].pos, commit[-1].crc)
+        self._bound_delta()
+        return state
 
     def _apply(self, r: CatalogRecord, span: Span | None = None) -> None:
-        sid = r.session_id
-        if r.op == OP_EXECUTION:
-            # The copy is only trusted for an execution the catalog lists (the upsert
-            # before it added the key); a stray copy of a deleted session is dropped.
-            listed = r.execution is not None and r.execution[0] in self.exec_seqs.get(sid, ())
-            if listed and span is not None and r.execution is not None:
-                self.exec_copies[(sid, r.execution[0])] = span
-            return
-        if r.op == OP_DELETE:
-            self._remove(sid)
-            return
-        if r.op == OP_RESET:
-            self._remove(sid)
-        if r.summary is not None and r.covered >= self.positions.get(sid, -1):
-            self._remove_keys(sid)
-            self._set_summary(sid, r.summary)
-            self.positions[sid] = r.covered
-            key = sort_key(r.summary)
-            bisect.insort(self.keys, key)
-            bisect.insort(self.by_owner.setdefault(r.summary.session_context.owner_id, []), key)
-        if sid not in self.summaries:
-            return  # executions of a session we do not list (deleted) are not kept
-        execs = self.execs.setdefault(sid, [])
-        known = self.exec_seqs.setdefault(sid, set())
-        added = list(r.executions)
-        if r.execution is not None:
-            added.append(r.execution)
-        for seq, started in added:
-            if seq not in known:
-                known.add(seq)
-                execs.append((seq, started))
-                bisect.insort(self.exec_keys, (started, sid, seq))
-
-    def _remove_keys(self, sid: str) -> None:
-        old = self.summaries.get(sid)
-        if old is None:
-            return
-        key = sort_key(old)
-        _remove_sorted(self.keys, key)
-        owner_keys = self.by_owner.get(old.session_context.owner_id)
-        if owner_keys is not None:
-            _remove_sorted(owner_keys, key)
-            if not owner_keys:
-                del self.by_owner[old.session_context.owner_id]
-
-    def _set_summary(self, sid: str, summary: SessionSummary) -> None:
-        old = self.summaries.get(sid)
-        if old is not None and old.parent_session_id != summary.parent_session_id:
-            self._unlink_child(sid, old.parent_session_id)  # another incarnation of the id
-        if old is None and self._dir_names is not None:
-            self._dir_names.add(dir_name(sid))
-        self.summaries[sid] = summary
-        if summary.parent_session_id is not None:
-            self.children.setdefault(summary.parent_session_id, set()).add(sid)
-
-    def _unlink_child(self, sid: str, parent: str | None) -> None:
-        if parent is None or parent not in self.children:
-            return
-        siblings = self.children[parent]
-        siblings.discard(sid)
-        if not siblings:
-            del self.children[parent]
-
-    def _remove(self, sid: str) -> None:
-        self._remove_keys(sid)
-        old = self.summaries.pop(sid, None)
-        if old is not None:
-            if self._dir_names is not None:
-                self._dir_names.discard(dir_name(sid))
-            self._unlink_child(sid, old.parent_session_id)
-        self.positions.pop(sid, None)
-        self.exec_seqs.pop(sid, None)
-        for seq, started in self.execs.pop(sid, []):
-            _remove_sorted(self.exec_keys, (started, sid, seq))
-            self.exec_copies.pop((sid, seq), None)
+        self.view.apply(r, span)
 
     def page(
         self, owner_id: str | None, cursor: SortKey | None, limit: int
     ) -> tuple[list[SessionSummary], SortKey | None]:
-        with self._lock:
-            keys = self.keys if owner_id is None else self.by_owner.get(owner_id, [])
-            hi = len(keys) if cursor is None else bisect.bisect_left(keys, cursor)
-            lo = max(0, hi - limit)
-            chosen = keys[lo:hi][::-1]
-            out = [self.summaries[k[2]] for k in chosen]
-            nxt = chosen[-1] if lo > 0 and chosen else None
-            return out, nxt
+        out = self._guarded(lambda view: view.page(owner_id, cursor, limit))
+        return out  # type: ignore[return-value]
 
-    def recent_execution_keys(self, limit: int) -> list[tuple[ExecKey, Span | None]]:
-        """The `limit` newest execution keys, each with where its copy is (if known)."""
-        with self._lock:
-            keys = self.exec_keys[-limit:][::-1]
-            return [(k, self.exec_copies.get((k[1], k[2]))) for k in keys]
+    def recent_execution_keys(self, limit: int) -> tuple[list[tuple[ExecKey, Span | None]], bool]:
+        """The `limit` newest execution keys, each with where its copy is (if known),
+        and whether the catalog holds no more."""
+        out = self._guarded(lambda view: view.recent_execution_keys(limit))
+        return out  # type: ignore[return-value]
 
     def execution_copies(self, wanted: list[tuple[ExecKey, Span]]) -> list[bytes | None]:
         """The ExecutionRecord payloads stored at these spans; None where a copy fails
@@ -364,7 +367,7 @@ class Catalog:
             return out
         for i, rec in zip(missing, records, strict=True):
             key = wanted[i][0]
-            body = out[i] = _copy_of(key, rec.payload)
+            body = out[i] = copy_of(key, rec.payload)
             if body is not None and space:
                 if len(memo) >= _CHECKED_COPIES_KEPT:
                     memo.clear()
@@ -374,80 +377,97 @@ class Catalog:
     def _execution_copy(self, key: ExecKey, span: Span) -> bytes | None:
         assert self.log is not None
         try:
-            return _copy_of(key, self.log.read_record(*span).payload)
+            return copy_of(key, self.log.read_record(*span).payload)
         except JournalError:
             return None
 
-    def listed_ids(self) -> list[str]:
-        """The ids of every listed session (no order)."""
-        with self._lock:
-            return list(self.summaries)
+    def listed_dir_names(self) -> list[str]:
+        """The directory names of every listed session (no order)."""
+        return self._guarded(lambda view: list(view.listed_dir_names()))  # type: ignore[return-value]
 
     def listed(self) -> dict[str, SessionSummary]:
-        """Every listed session's summary, by id (a copy)."""
-        with self._lock:
-            return dict(self.summaries)
+        """Every listed session's summary, by id (for offline tools: the whole catalog)."""
+        return self._guarded(lambda view: {sid: e.summary for sid, e in view.listed()})  # type: ignore[return-value]
 
     def lists(self, session_id: str) -> bool:
         """Whether the catalog lists this session."""
-        return session_id in self.summaries
+        return self._guarded(lambda view: view.current(session_id) is not None)  # type: ignore[return-value]
 
-    def ids_by_dir_name(self) -> dict[str, str]:
-        """The listed sessions' ids by their directory names."""
-        with self._lock:
-            return {dir_name(sid): sid for sid in self.summaries}
+    def listed_id_of_dir(self, name: str) -> str | None:
+        """The listed session whose directory name is `name`, if any."""
+        return self._guarded(lambda view: view.listed_id_of_dir(name))  # type: ignore[return-value]
 
     def ahead_of(self, session_id: str, summary: SessionSummary | None, covered: int) -> bool:
         """Whether the catalog shows a commit that a session's log (derived as
         `summary` up to log position `covered`) does not hold: it lists a session
         whose log has no checkpoint, or its entry covers more of the log."""
-        with self._lock:
-            position = self.positions.get(session_id)
-            listed = session_id in self.summaries
-        return (summary is None and listed) or (position is not None and position > covered)
+        cur = self._guarded(lambda view: view.current(session_id))
+        if cur is None:
+            return False
+        return summary is None or cur.covered > covered  # type: ignore[attr-defined]
 
     def agrees(
         self, session_id: str, summary: SessionSummary, covered: int, executions: int
     ) -> bool:
         """Whether the entry is what a session's log says: this summary, up to this
         log position, with this many execution records."""
-        with self._lock:
-            return (
-                self.summaries.get(session_id) == summary
-                and self.positions.get(session_id) == covered
-                and len(self.execs.get(session_id, [])) == executions
-            )
+        cur = self._guarded(lambda view: view.current(session_id))
+        return (
+            cur is not None
+            and cur.summary == summary  # type: ignore[attr-defined]
+            and cur.covered == covered  # type: ignore[attr-defined]
+            and len(cur.executions) == executions  # type: ignore[attr-defined]
+        )
 
-    def execution_count(self) -> int:
-        """How many execution keys the catalog holds, over every session."""
-        return len(self.exec_keys)
+    def child_ids(self, parent_id: str) -> list[str]:
+        """The listed sessions forked from `parent_id` (no order)."""
+        return self._guarded(lambda view: view.child_ids(parent_id))  # type: ignore[return-value]
 
     def children_of(self) -> dict[str, list[str]]:
-        """Every parent id and the listed sessions forked from it."""
-        with self._lock:
-            return {parent: sorted(kids) for parent, kids in self.children.items()}
+        """Every parent id and the listed sessions forked from it (the whole catalog)."""
+
+        def walk(view: CatalogView) -> dict[str, list[str]]:
+            out: dict[str, list[str]] = {}
+            for sid, e in view.listed():
+                parent = e.summary.parent_session_id
+                if parent is not None:
+                    out.setdefault(parent, []).append(sid)
+            return {parent: sorted(kids) for parent, kids in out.items()}
+
+        return self._guarded(walk)  # type: ignore[return-value]
 
     def unlisted(self, names: Iterable[str]) -> set[str]:
-        """The directory names among `names` of no listed session."""
-        with self._lock:
-            if self._dir_names is None:
-                self._dir_names = {dir_name(sid) for sid in self.summaries}
-            return set(names) - self._dir_names
+        """The directory names among `names` of no listed session (one scan of the
+        base's name table, merged with the sorted names)."""
+        wanted = list(names)
+        return self._guarded(lambda view: view.unlisted(wanted))  # type: ignore[return-value]
 
     def child_summaries(self, parent_id: str) -> list[SessionSummary]:
         """The listed sessions forked from `parent_id` (no order)."""
-        with self._lock:
-            return [self.summaries[sid] for sid in self.children.get(parent_id, ())]
+        return self._guarded(lambda view: view.child_summaries(parent_id))  # type: ignore[return-value]
+
+    def delta_size(self) -> int:
+        """How many sessions the in-memory delta holds (the rest is in the base)."""
+        return len(self.view.delta)
 
     # ------------------------------------------------------------------ writing
     def append(self, records: Iterable[CatalogRecord]) -> None:
-        records = list(records)
+        try:
+            self._append(list(records))
+        except BaseDamaged:
+            # Our records are applied by reading the log again, without the base.
+            with self._lock:
+                self._discard_base()
+                self._refresh(False)
+
+    def _append(self, records: list[CatalogRecord]) -> None:
         if self.read_only or self.log is None:
             with self._lock:
                 for r in records:
                     self._apply(r)
+                self._bound_delta()
             return
-        frames = [frame(CATALOG, _encode(r), commit=True) for r in records]
+        frames = [frame(CATALOG, encode(r), commit=True) for r in records]
         if not frames:
             return
         with self._lock:
@@ -497,10 +517,9 @@ class Catalog:
                     pos += len(data)
                 self.covered = pos
                 self._quiet_mark = self.flock.acquisitions
-                if self._snapshot_due():
-                    self._write_snapshot()
             finally:
                 self.flock.release()
+            self._bound_delta()
 
     def _follow_new_catalog(self) -> None:
         """Replace what this object holds by the catalog now at our path (lock held)."""
@@ -509,8 +528,7 @@ class Catalog:
         if old is not None:
             with contextlib.suppress(JournalError, OSError):
                 old.close()
-        self._reset()
-        self._load_snapshot()
+        self._reset(self._open_base())
 
     def _prepare_write(self) -> None:
         """Read what others appended, cut a dead writer's torn tail, open our writer."""
@@ -527,17 +545,6 @@ class Catalog:
                 self.log.truncate_tail(state.end)
         self.log.open_writer(self.covered)
 
-    def _snapshot_due(self) -> bool:
-        """While writing: rewrite the snapshot only once the log grew well past it."""
-        grown = self.covered - self._snapshot_covered
-        return grown >= max(SNAPSHOT_MIN_GROWTH, 2 * self._snapshot_size)
-
-    def _snapshot_worth_it(self) -> bool:
-        """Opening or closing: a tail of more than 4 KiB and an eighth of the snapshot
-        is worth one snapshot write (no sync) for every later open not replaying it."""
-        grown = self.covered - self._snapshot_covered
-        return grown >= max(4 << 10, self._snapshot_size // 8)
-
     def _trim_on_close(self, log: Log) -> None:
         """Give back the preallocated tail if this process wrote last (never waits)."""
         if not log.has_writer():
@@ -548,32 +555,9 @@ class Catalog:
                 return
             try:
                 if log.untouched_since(self.covered):
-                    # A clean close leaves a snapshot that reaches the end, unless the
-                    # tail is small next to it: later opens replay nothing.
-                    if self._snapshot_worth_it():
-                        self._write_snapshot()
                     log.trim_preallocation(self.covered)
             except JournalError:
-                return  # a courtesy: the zeros stay, the tail is replayed
-            finally:
-                self.flock.release()
-
-    def snapshot_if_behind(self) -> None:
-        """After opening: if this open replayed a long tail, save the next one the work.
-
-        Writers snapshot as the log grows, but a process that stopped just short
-        of the threshold leaves every later open replaying its tail. Skipped when
-        another process holds the catalog lock (it is writing; it will snapshot).
-        """
-        if self.read_only or self.log is None:
-            return
-        with self._lock:
-            if not self._snapshot_worth_it() or not self.flock.try_acquire():
-                return
-            try:
-                state = self.refresh()
-                if state.tail == Tail.CLEAN and self._snapshot_worth_it():
-                    self._write_snapshot()
+                return  # a courtesy: the zeros stay
             finally:
                 self.flock.release()
 
@@ -585,204 +569,10 @@ class Catalog:
             with contextlib.suppress(JournalError, OSError):
                 self.log.close()
         self.flock.close()
+        for base in self._bases:
+            base.close()
 
 
-class ProcessRegistry:
-    """`ROOT/procs/<token>`: held locked while this Store lives; lists sessions it wrote."""
-
-    def __init__(self, root: str):
-        self.dir = os.path.join(root, PROCS_DIR)
-        if mkdir_below(self.dir):
-            fsio.sync_dir(root)  # its entry durable before a registration relies on it
-        self._pid = os.getpid()
-        self.path = os.path.join(self.dir, f"{self._pid}-{uuid.uuid4().hex[:12]}")
-        self._lock = FileLock(self.path, "process registration")
-        self._fd: int | None = None
-        self._noted: set[str] = set()
-        self._mutex = threading.Lock()
-
-    def note(self, session_dir_name: str) -> None:
-        """Record (once) that this process writes to a session, before its first write."""
-        if session_dir_name in self._noted:
-            return
-        with self._mutex:
-            if session_dir_name in self._noted:
-                return
-            if self._fd is None:
-                self._register()
-            assert self._fd is not None
-            os.write(self._fd, session_dir_name.encode() + b"\n")
-            self._noted.add(session_dir_name)
-
-    def _register(self) -> None:
-        """Publish the registration file already locked.
-
-        Created under its final name and locked afterwards, it could be found
-        unlocked in between by another process, taken for a dead process's,
-        reconciled and removed: later notes would go to a deleted file, and a
-        crash of this process would then leave its sessions unreconciled. So the
-        file is created and locked under a hidden temporary name (which probes
-        skip) and renamed into place with the lock held.
-        """
-        tmp = os.path.join(self.dir, f".{os.path.basename(self.path)}.tmp")
-        lock = FileLock(tmp, "process registration")
-        if not lock.try_acquire():
-            lock.close()
-            raise StorageError(f"cannot lock new process registration {tmp}")
-        try:
-            fsio.rename(tmp, self.path)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        except BaseException:
-            lock.close()
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        lock.path = self.path
-        self._lock.close()
-        self._lock = lock
-
-    def dead_registrations(self) -> list[tuple[str, list[str]]]:
-        """(path, session dir names) of registrations whose process is gone."""
-        out = []
-        try:
-            names = os.listdir(self.dir)
-        except FileNotFoundError:
-            return []
-        for name in names:
-            path = os.path.join(self.dir, name)
-            if path == self.path:
-                continue
-            if name.startswith("."):
-                self._remove_abandoned(path)
-                continue
-            lock = FileLock(path, "process registration")
-            try:
-                if not lock.try_acquire():
-                    continue
-                with open(path, "rb") as f:
-                    text = f.read().decode("utf-8", "replace")
-                sessions = [ln.strip() for ln in text.splitlines() if ln.strip()]
-                out.append((path, sessions))
-            except OSError:
-                continue
-            finally:
-                lock.close()
-        return out
-
-    @staticmethod
-    def _remove_abandoned(path: str) -> None:
-        """A temporary registration of a process that died before publishing it.
-
-        Only old ones are touched: a young one may be in the middle of being
-        published, and taking its lock then would make that registration fail.
-        """
-        try:
-            if time.time() - os.stat(path).st_mtime < 60:
-                return
-        except OSError:
-            return
-        lock = FileLock(path, "process registration")
-        try:
-            if lock.try_acquire():
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-        except JournalError:
-            pass
-        finally:
-            lock.close()
-
-    def forget(self, path: str) -> None:
-        with contextlib.suppress(JournalError):
-            fsio.unlink(path)
-
-    def close(self, *, keep: bool = False) -> None:
-        """Release the registration; `keep` leaves the file for the next open to
-        reconcile, as a dead process's (some catalog entries may be missing)."""
-        registered = self._fd is not None
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        # A clean exit leaves nothing to reconcile: remove the file while still
-        # holding its lock, so no probe takes it for a dead process's meanwhile.
-        # Not from a forked child closing a store it inherited: the registration
-        # is the parent's (found by review).
-        if registered and not keep and os.getpid() == self._pid:
-            with contextlib.suppress(OSError):
-                os.unlink(self.path)
-        self._lock.close()
-
-
-def boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
-def machine_and_place(root: str, boot: str | None = None) -> str:
-    """The boot id (`boot`, else read now) and the store directory's identity
-    (device and inode), as one line."""
-    try:
-        st = os.stat(root)
-        place = f"{st.st_dev}:{st.st_ino}"
-    except OSError:
-        place = ""
-    return f"{boot_id() if boot is None else boot} {place}"
-
-
-def check_boot(catalog_dir: str, root: str) -> tuple[bool, str | None]:
-    """(changed, line): whether the catalog may disagree with the sessions
-    wholesale, and the BOOT line to record once the re-check that calls for is
-    done (`record_boot`; None when BOOT holds it already).
-
-    Changed after a reboot (unsynced catalog records may have been lost, or have
-    outlived the session bytes they describe) and when the store directory is
-    not the one the catalog was last used in: a copy (`cp -a`) or a restored
-    backup, whose catalog was copied at another moment than its sessions. Both
-    call for re-checking every session. Without a boot id (no
-    /proc/sys/kernel/random/boot_id: not Linux) a reboot cannot be told from a
-    restart, so every open counts as one: slower opens, but a power loss is never
-    mistaken for a clean restart. A missing BOOT counts as changed too.
-    """
-    boot = boot_id()
-    current = machine_and_place(root, boot).strip()
-    try:
-        with open(os.path.join(catalog_dir, BOOT_FILE)) as f:
-            seen: str | None = f.read().strip()
-    except FileNotFoundError:
-        seen = None
-    # No BOOT beside a catalog: it was never made durable (it is written without a
-    # sync), so a power loss may have passed since: re-check, as after a reboot.
-    changed = seen != current or not boot
-    return changed, None if seen == current else current
-
-
-def record_boot(catalog_dir: str, line: str) -> None:
-    """Remember this boot and place (the line `check_boot` gave)."""
-    fsio.write_file(os.path.join(catalog_dir, BOOT_FILE), line.encode(), durable=False)
-
-
-def _decode_record(payload: bytes, pos: int) -> CatalogRecord:
-    try:
-        return _decode(payload)
-    except msgspec.DecodeError as exc:
-        raise CorruptionError(
-            f"catalog record does not decode: {exc}", path=CATALOG_DIR, offset=pos
-        ) from exc
-
-
-def _copy_of(key: ExecKey, payload: bytes) -> bytes | None:
-    try:
-        r = _decode(payload)
-    except msgspec.DecodeError:
-        return None
-    if r.op != OP_EXECUTION or r.session_id != key[1] or r.execution != (key[2], key[0]):
-        return None
-    return r.record
-
-
-def _remove_sorted(keys: list[Any], key: Any) -> None:
-    i = bisect.bisect_left(keys, key)
-    if i < len(keys) and keys[i] == key:
-        del keys[i]
+def _identity(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino

@@ -17,7 +17,6 @@ open, so a digest collision is detected, never silently shared.
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib
 import os
 import re
@@ -51,6 +50,8 @@ LOG_DIR = "log"  # the segments (also the catalog's)
 LOSS_PENDING_FILE = "loss.pending"
 CUT_DIR = "repair"  # where `journal repair` keeps the bytes it cuts
 BOOT_FILE = "BOOT"  # in catalog/: the boot a catalog's process files belong to
+CATALOG_BASE_FILE = "base"  # in catalog/: the paged base (catalogbase.py)
+CATALOG_BASE_TMP_PREFIX = ".base.tmp."  # in catalog/: a base being written
 
 
 def session_path(root: str, session_id: str) -> str:
@@ -77,6 +78,8 @@ def _builtin_sha256() -> Callable[[bytes], Any]:
         except (ImportError, AttributeError):
             continue
         return found
+    import hashlib
+
     return hashlib.sha256
 
 

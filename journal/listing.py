@@ -12,7 +12,8 @@ from collections.abc import Callable
 import msgspec
 
 from . import validate
-from .catalog import Catalog, sort_key
+from .catalog import Catalog
+from .catalogrecords import sort_key
 from .layout import dir_name
 from .tree import Tree
 from .types import ExecutionRecord, SessionCursor, SessionPage, SessionPageRequest, SessionSummary
@@ -79,7 +80,7 @@ def recent_executions(
     seen: set[tuple[int, str, int]] = set()
     want = limit
     while True:
-        listed = catalog.recent_execution_keys(want)
+        listed, exhausted = catalog.recent_execution_keys(want)
         pending = tree.pending_session_dirs()
         if pending:
             listed = [(k, span) for k, span in listed if dir_name(k[1]) not in pending]
@@ -98,7 +99,7 @@ def recent_executions(
                 out.append(rec)
                 if len(out) == limit:
                     return out
-        if catalog.execution_count() < want:
+        if exhausted:
             return out
         want *= 2
 

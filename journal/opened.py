@@ -76,11 +76,14 @@ class OpenSessions:
         with self._lock:
             return list(self._sessions.values())
 
-    def get(self, session_id: str) -> Session | None:
+    def get(self, session_id: str, *, held: bool = False) -> Session | None:
         """The open Session for an id (None if it has no directory), pinned.
 
         A new session's directory is only ever published with its first commit
-        (`publish.Publisher`), so this never creates one.
+        (`publish.Publisher`), so this never creates one. `held`: pinned as by
+        `hold` instead of for the call, until the caller hands it to `release`
+        (a walk over many sessions in one call, such as a reconciliation, would
+        otherwise keep every one of them open until the call returns).
         """
         if self._closed:
             raise JournalError("store is closed")
@@ -92,17 +95,19 @@ class OpenSessions:
                 self._finish_deletes()
             if name in self.tree.pending_session_dirs():
                 return None  # being deleted by a live process: already gone for readers
-        sess = self.cached(session_id)
+        sess = self.cached(session_id, held=held)
         if sess is not None and sess.still_published():
             return sess
         if sess is not None:
             with self._lock:
                 if self._sessions.get(session_id) is sess:
                     del self._sessions[session_id]
+            if held:
+                self.release([sess])
             self.retire([sess])
-        return self._open(session_id, name)
+        return self._open(session_id, name, held)
 
-    def _open(self, session_id: str, name: str) -> Session | None:
+    def _open(self, session_id: str, name: str, held: bool) -> Session | None:
         """Open a session not in the cache (or found there replaced), pinned."""
         path = session_path(self.root, session_id)
         for _ in range(8):
@@ -126,7 +131,7 @@ class OpenSessions:
                     else:
                         self._sessions[session_id] = sess
                 if sess is not None:
-                    self._pin(session_id, sess)
+                    self._pin(session_id, sess, held)
                     return sess
             if not self._settle_unfinished(path, unfinished.key):
                 return None
@@ -145,7 +150,7 @@ class OpenSessions:
         """Does a pending delete name this session directory? (one stat when unchanged)"""
         return name in self.tree.pending_session_dirs()
 
-    def cached(self, session_id: str) -> Session | None:
+    def cached(self, session_id: str, *, held: bool = False) -> Session | None:
         """The open Session for an id if one is cached, unchecked (pinned like
         `get`'s). For writers: their checks under the session's lock find a deleted
         or doomed session (`SessionGone`, and the caller asks `get`)."""
@@ -154,7 +159,7 @@ class OpenSessions:
         with self._lock:
             sess = self._sessions.get(session_id)
             if sess is not None:
-                self._pin(session_id, sess)
+                self._pin(session_id, sess, held)
         return sess
 
     def _settle_unfinished(self, path: str, key: tuple[int, int, int] | None) -> bool:
@@ -196,10 +201,14 @@ class OpenSessions:
             self.tree.empty_trash_soon()
         return False
 
-    def _pin(self, session_id: str, sess: Session) -> None:
-        """Mark a session in use by this thread's call and most recently used (lock held)."""
+    def _pin(self, session_id: str, sess: Session, held: bool = False) -> None:
+        """Mark a session in use by this thread's call (`held`: by the caller, as
+        `hold` does) and most recently used (lock held)."""
         self._sessions[session_id] = self._sessions.pop(session_id, sess)
-        calls.pin(sess, self._release)
+        if held:
+            sess.users += 1
+        else:
+            calls.pin(sess, self._release)
 
     def _unpin(self, pinned: list[Session]) -> None:
         """Release a finished call's sessions; close the least recently used idle ones."""

@@ -13,7 +13,8 @@ session id to its directory, and translates failures into `JournalError`s
     publish.Publisher     building and publishing new session directories
     upkeep.Upkeep         keeping the catalog true (recovery, reconciliation)
     jobs.JobRunner        background work (warming, dictionaries, spares)
-    catalog.Catalog       the session listing; tree.Tree: fork and delete locking
+    catalog.Catalog       the session listing (opened on first use); tree.Tree: fork
+                          and delete locking
 
 Fork and delete are here: they hold several of those parts together.
 """
@@ -31,7 +32,7 @@ import msgspec
 from . import fsio, listing, storecreate, upkeep, validate
 from .cache import ReadCache
 from .calls import coerce, guarded, page_request, save_parts
-from .catalog import ProcessRegistry
+from .catalog import Catalog
 from .errors import (
     ContractViolationError,
     CorruptionError,
@@ -49,6 +50,7 @@ from .metafile import KIND_MANIFEST, read_meta
 from .opened import OpenSessions
 from .publish import Publisher
 from .reader import SessionReader, open_reader, read_session
+from .registry import ProcessRegistry
 from .rootcheck import RootGuard
 from .session import Session
 from .sessiondir import SessionIdentity, identity_key
@@ -142,7 +144,6 @@ class Store:
         self.registry = ProcessRegistry(self.root)
         self.jobs = JobRunner()
         self.spares = SparePool(os.path.join(self.root, TMP_DIR), self.jobs, guard=self.guard)
-        self.catalog = upkeep.open_catalog(self.root, self.options, read_only=read_only)
         self.session_jobs = SessionJobs(self.jobs, read_only=read_only)
         self.open_sessions = OpenSessions(
             self.root,
@@ -156,7 +157,9 @@ class Store:
         self.session_jobs.serve(self.open_sessions)
         self.upkeep = upkeep.Upkeep(
             self.root,
-            catalog=self.catalog,
+            open_catalog=lambda: upkeep.open_catalog(
+                self.root, self.options, read_only=read_only, background=self.jobs.request
+            ),
             tree=self.tree,
             registry=self.registry,
             state=self.state,
@@ -186,6 +189,12 @@ class Store:
         guard = RootGuard(self.root)
         storecreate.ensure_dirs(self.root)
         return guard
+
+    @property
+    def catalog(self) -> Catalog:
+        """The session catalog, opened and re-checked on first use (`Upkeep.settled`):
+        opening a store reads none of it, so a cold open costs the same at any size."""
+        return self.upkeep.settled()
 
     def session_dir(self, session_id: str) -> str:
         """The directory a session has (or would have) in this store."""
@@ -706,15 +715,16 @@ class Store:
 
     def _subtree(self, ids: list[str]) -> list[str]:
         """These sessions and all their descendants, breadth first (tree lock held)."""
-        children = self.catalog.children_of()
-        self.upkeep.add_unlisted_children(children)
+        catalog = self.catalog
+        unlisted: dict[str, list[str]] = {}
+        self.upkeep.add_unlisted_children(unlisted)
         closure: list[str] = []
         queue = list(dict.fromkeys(ids))
         seen = set(queue)
         while queue:
             sid = queue.pop(0)
             closure.append(sid)
-            for child in children.get(sid, []):
+            for child in sorted(catalog.child_ids(sid)) + unlisted.get(sid, []):
                 if child not in seen:
                     seen.add(child)
                     queue.append(child)
@@ -815,7 +825,7 @@ class Store:
         behind = bool(self.upkeep.unannounced())
         self.spares.close()
         self.jobs.close()  # after the pool's: a refill running now removes what it built
-        self.catalog.close()
+        self.upkeep.close_catalog()
         self.tree.close()
         # Catalog entries still missing: leave this process's registration behind,
         # which the next open takes for a dead process's and reconciles.

@@ -4,8 +4,15 @@ The catalog (catalog.py) is derived data: a cache of every session's summary,
 appended after each commit without a sync. What makes it true again after a crash,
 a power loss, a copied store or a failed append lives here:
 - at open (`Upkeep.recover_at_open`): deletes a dead process left are rolled
-  forward, half-built directories in tmp/ are removed, and after a reboot or in a
-  copied store every session is re-derived from its log;
+  forward and half-built directories in tmp/ are removed. The catalog itself is
+  not opened: a process that only reads and writes sessions never pays for it;
+- on the catalog's first use that reads it (a listing, children, recent turns, a
+  delete's subtree walk: `Upkeep.settled`), after a reboot or in a copied store
+  every session is re-derived from its log, and dead processes' registrations
+  are reconciled, before the answer. Appends (a commit's upsert) open the
+  catalog without that re-check: what they append is compared with the logs by
+  it all the same, and until it has run to the end `catalog/BOOT` is not
+  recorded, so no later process takes it for done;
 - dead processes' registrations name the sessions they wrote: those are
   re-derived (`reconcile_dead`, at most once a second, before listings);
 - a commit whose catalog append failed is kept for later (`keep_for_later`) and
@@ -24,26 +31,25 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import msgspec
 
 from . import fsio, sessiondir
-from .catalog import (
-    OP_DELETE,
-    OP_EXECUTION,
-    OP_RESET,
-    OP_UPSERT,
-    Catalog,
-    CatalogRecord,
-    ProcessRegistry,
-    check_boot,
-    record_boot,
-)
+from .catalog import Catalog
+from .catalogrecords import OP_DELETE, OP_EXECUTION, OP_RESET, OP_UPSERT, CatalogRecord
 from .errors import CorruptionError, JournalError, LockTimeoutError
 from .index import KIND_EXECUTIONS
-from .layout import CATALOG_BROKEN_PREFIX, CATALOG_DIR, SESSIONS_DIR, TMP_DIR, dir_name
+from .layout import (
+    CATALOG_BROKEN_PREFIX,
+    CATALOG_DIR,
+    LOG_DIR,
+    SESSIONS_DIR,
+    TMP_DIR,
+    dir_name,
+)
 from .opened import OpenSessions
+from .registry import ProcessRegistry, check_boot, record_boot
 from .session import Session
 from .sessiondir import SessionIdentity
 from .sessionstate import Head, SessionOptions
@@ -55,8 +61,15 @@ _encode_execution = msgspec.msgpack.Encoder().encode
 TMP_MAX_AGE = 600.0  # seconds: older entries of tmp/ are a dead process's leftovers
 
 
-def open_catalog(root: str, options: SessionOptions, *, read_only: bool) -> Catalog:
-    """The store's catalog, caught up; a damaged one is set aside and rebuilt."""
+def open_catalog(
+    root: str,
+    options: SessionOptions,
+    *,
+    read_only: bool,
+    background: Callable[[Callable[[], None]], None] | None = None,
+) -> Catalog:
+    """The store's catalog, caught up; a damaged one is set aside and rebuilt.
+    `background` runs its base rewrites (the store's job runner)."""
 
     def opened() -> Catalog:
         return Catalog(
@@ -65,12 +78,12 @@ def open_catalog(root: str, options: SessionOptions, *, read_only: bool) -> Cata
             lock_timeout=options.lock_timeout,
             read_only=read_only,
             read_cache=options.read_cache,
+            background=background,
         )
 
     try:
         catalog = opened()
         catalog.refresh()
-        catalog.snapshot_if_behind()
         return catalog
     except CorruptionError:
         # Derived data: set the damaged catalog aside and rebuild it from the sessions.
@@ -102,7 +115,7 @@ class Upkeep:
         self,
         root: str,
         *,
-        catalog: Catalog,
+        open_catalog: Callable[[], Catalog],
         tree: Tree,
         registry: ProcessRegistry,
         state: StateStore,
@@ -110,7 +123,13 @@ class Upkeep:
         read_only: bool,
     ) -> None:
         self.root = root
-        self.catalog = catalog
+        self._open_catalog = open_catalog
+        self._catalog: Catalog | None = None
+        self._opening = threading.Lock()
+        # Held while the first reading use re-checks the catalog (`settled`): a
+        # second caller waits for the re-check instead of answering before it.
+        self._settling = threading.Lock()
+        self._settled = False
         self.tree = tree
         self.registry = registry
         self.state = state
@@ -126,20 +145,65 @@ class Upkeep:
         self._announce_retry_at = 0.0  # 0 when a new failure came: try at once
 
     # ------------------------------------------------------------------ open
+    @property
+    def catalog(self) -> Catalog:
+        """The store's catalog, opened on first use (`open_catalog`), not re-checked."""
+        catalog = self._catalog
+        if catalog is None:
+            with self._opening:
+                if self._catalog is None:
+                    self._catalog = self._open_catalog()
+                catalog = self._catalog
+        return catalog
+
+    @property
+    def catalog_opened(self) -> bool:
+        """Whether this store has opened its catalog yet."""
+        return self._catalog is not None
+
+    def settled(self) -> Catalog:
+        """The catalog, once what an open owes it is done: the re-check of every
+        session after a reboot, in a copied store or for a new catalog, and the
+        dead processes' registrations (`settle`). For every use that reads it."""
+        if not self._settled:
+            with self._settling:
+                if not self._settled:
+                    self.settle()
+                    self._settled = True
+        return self.catalog
+
+    def close_catalog(self) -> None:
+        """Close the catalog if this store opened it."""
+        if self._catalog is not None:
+            self._catalog.close()
+
     def recover_at_open(self) -> None:
-        """What a store does as it opens: finish dead processes' deletes, clean
-        tmp/, and re-derive the catalog where it may be wrong wholesale."""
+        """What a store does as it opens: finish dead processes' deletes and clean
+        tmp/ (the catalog waits for its first use: `settled`)."""
         if not self.read_only:
             self.finish_orphaned_deletes()
             clean_tmp(self.root)
             if os.listdir(self.tree.trash):
                 self.tree.empty_trash_soon()  # left by a process that exited meanwhile
-        changed, boot_line = check_boot(self.catalog.dir, self.root)
+            if not os.path.isdir(os.path.join(self.root, CATALOG_DIR, LOG_DIR)):
+                # A new store, or a catalog set aside: create it now (an empty log),
+                # so that live writers follow it; with no session to derive it from,
+                # it is settled at once (nothing to re-check).
+                with os.scandir(os.path.join(self.root, SESSIONS_DIR)) as it:
+                    empty = next(it, None) is None
+                if self.catalog.fresh and empty:
+                    self.settled()
+
+    def settle(self) -> None:
+        """Re-derive the catalog where it may be wrong wholesale, then reconcile
+        dead processes' registrations."""
+        catalog = self.catalog
+        changed, boot_line = check_boot(catalog.dir, self.root)
         settled = True
-        if changed or self.catalog.fresh:
+        if changed or catalog.fresh:
             # Every directory, and every session the catalog names (it may have none).
             names = os.listdir(os.path.join(self.root, SESSIONS_DIR))
-            names.extend(dir_name(sid) for sid in self.catalog.listed_ids())
+            names.extend(catalog.listed_dir_names())
             try:
                 unsettled = self.reconcile(names) if names else set()
             except (OSError, JournalError):  # the catalog busy or failing: next open
@@ -149,8 +213,8 @@ class Upkeep:
         if settled and boot_line is not None and not self.read_only:
             # Only now: a re-check that was cut short (a kill, a busy lock) is done
             # again by the next open instead of being taken for done.
-            record_boot(self.catalog.dir, boot_line)
-        self.reconcile_dead(force=True)
+            record_boot(catalog.dir, boot_line)
+        self._reconcile_registrations()
 
     # ------------------------------------------------------------ reconciling
     def reconcile_dead(self, *, force: bool = False) -> None:
@@ -158,11 +222,17 @@ class Upkeep:
         and for those whose catalog append failed here. Best effort: what cannot be
         settled now (the catalog busy or failing) is kept for a later call, and the
         listing goes on with the catalog as it is."""
+        if not self._settled:
+            self.settled()  # reconciles the registrations itself
+            force = False
         self.announce_again()
         now = time.monotonic()
         if not force and now - self._last_reconcile < 1.0:
             return
-        self._last_reconcile = now
+        self._reconcile_registrations()
+
+    def _reconcile_registrations(self) -> None:
+        self._last_reconcile = time.monotonic()
         for path, names in self.registry.dead_registrations():
             try:
                 unsettled = self.reconcile(names)
@@ -211,8 +281,8 @@ class Upkeep:
         Damage is reported by reads and `verify`, not by listing.
         """
         unsettled: set[str] = set()
-        self.catalog.refresh()
-        by_name = self.catalog.ids_by_dir_name()
+        catalog = self.catalog
+        catalog.refresh()
         pending = self.tree.pending_session_dirs()
         records: list[CatalogRecord] = []
         for name in dict.fromkeys(names):
@@ -220,7 +290,7 @@ class Upkeep:
                 unsettled.add(name)  # its delete is not finished: look again after it
                 continue
             try:
-                record = self._rederive(name, by_name.get(name))
+                record = self._rederive(name, catalog.listed_id_of_dir(name))
             except (OSError, JournalError) as exc:
                 # Only what passes by itself (a busy lock, a full descriptor table,
                 # an interrupted call) is worth trying again. Damage, a format from
@@ -243,9 +313,19 @@ class Upkeep:
         if not os.path.isdir(path):
             return None if listed_id is None else CatalogRecord(OP_DELETE, listed_id, -1)
         sid = sessiondir.read_identity(path).session_id
-        sess = self.sessions.get(sid)
+        # Held for this derivation only: a re-check of every session must not keep
+        # them all open until the call that runs it returns.
+        sess = self.sessions.get(sid, held=True)
         if sess is None:  # discarded as unfinished, or being deleted
             return CatalogRecord(OP_DELETE, sid, -1) if self.catalog.lists(sid) else None
+        try:
+            return self._rederive_open(sess)
+        finally:
+            self.sessions.release([sess])
+
+    def _rederive_open(self, sess: Session) -> CatalogRecord | None:
+        """`_rederive` of a session that is there, open."""
+        sid = sess.id
         sess.refresh()
         summary, covered = summary_of(sess)
         if self.catalog.ahead_of(sid, summary, covered):

@@ -20,7 +20,7 @@ from helpers import listed_sequences, lock_held_elsewhere
 
 # reaches inside: the machine's boot id is what tells a reboot
 import journal
-import journal.catalog as jc
+import journal.registry as jc
 from journal import Checkpoint
 from journal.inspect import dir_name
 
@@ -57,6 +57,8 @@ def test_an_unsettled_boot_recheck_is_done_again_by_the_next_open(
     lock = root / "sessions" / dir_name("x") / "LOCK"
     with lock_held_elsewhere(lock):
         store = journal.open(root, lock_timeout=0.3)
+        assert not store.upkeep.catalog_opened  # the re-check waits for the catalog's use
+        listed_sequences(store)
         assert dir_name("x") in store.upkeep.unannounced()  # kept for later (in memory)
         store.close()
         print("procs/ after close:", os.listdir(root / "procs"))
@@ -71,13 +73,13 @@ def test_an_unsettled_boot_recheck_is_done_again_by_the_next_open(
 _KILLED_DURING_RECHECK = textwrap.dedent(
     """
     import os, sys, journal
-    import journal.catalog as jc
+    import journal.registry as jc
     import journal.upkeep as ju
     jc.boot_id = lambda: "after-the-reboot"
     def die(self, names):
         os._exit(9)  # SIGKILL while the re-check runs (after BOOT was recorded)
     ju.Upkeep.reconcile = die
-    journal.open(sys.argv[1])
+    journal.open(sys.argv[1]).list_sessions_page(journal.SessionPageRequest(limit=1))
     """
 )
 

@@ -17,19 +17,26 @@ from journal.inspect import dir_name
 
 def _expected(cat: journal.catalog.Catalog) -> tuple[dict[str, set[str]], set[str]]:
     kids: dict[str, set[str]] = {}
-    for sid, s in cat.summaries.items():
+    summaries = cat.listed()
+    for sid, s in summaries.items():
         if s.parent_session_id is not None:
             kids.setdefault(s.parent_session_id, set()).add(sid)
-    return kids, {dir_name(sid) for sid in cat.summaries}
+    return kids, {dir_name(sid) for sid in summaries}
 
 
 def _check(store: journal.Store) -> None:
     store.catalog.refresh()
     kids, names = _expected(store.catalog)
-    assert store.catalog.children == kids
-    store.catalog.unlisted([])
-    # reaches inside: the names index has no public view
-    assert store.catalog._dir_names == names
+    parents = set(kids) | {f"s{i}" for i in range(12)}
+    assert {
+        p: set(store.catalog.child_ids(p)) for p in parents if store.catalog.child_ids(p)
+    } == kids
+    assert {p: set(c) for p, c in store.catalog.children_of().items()} == kids
+    assert sorted(store.catalog.listed_dir_names()) == sorted(names)
+    for name in names:
+        assert store.catalog.listed_id_of_dir(name) is not None
+    assert store.catalog.unlisted(names) == set()
+    assert store.catalog.unlisted([*names, "aa-stray", "zz-stray"]) == {"aa-stray", "zz-stray"}
 
 
 def test_children_index_matches_summaries(tmp_path: Path) -> None:
@@ -55,6 +62,8 @@ def test_children_index_matches_summaries(tmp_path: Path) -> None:
             assert cp is not None
             cp.sequence += 1
             w.save(cp)
+        if step % 25 == 24:
+            w.catalog.rewrite_base()  # a new base: the rest of the steps merge over it
         _check(a)
         _check(b)
         for st in (a, b):

@@ -47,14 +47,14 @@ def test_listing_hides_a_session_once_its_delete_intent_is_written(tmp_path: Pat
             # place: the intent alone hides the session.
             assert os.path.isdir(writer.session_dir("a"))
             assert listed_ids(reader) == {"b"}
-            assert "a" in reader.catalog.summaries
+            assert reader.catalog.lists("a")
             assert reader.load("a") is None
         finally:
             go_on.set()
             deleting.join(30)
         assert result == [True]
         assert listed_ids(reader) == {"b"}
-        assert "a" not in reader.catalog.summaries
+        assert not reader.catalog.lists("a")
     finally:
         writer.close()
         reader.close()

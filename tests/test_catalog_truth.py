@@ -22,8 +22,8 @@ from helpers import listed_ids, listed_sequences, lock_held_elsewhere
 
 # reaches inside: boot ids, paused deletes, failed refreshes, counted syncs and hashing
 import journal
-import journal.catalog as jc
 import journal.fsio as fsio
+import journal.registry as jc
 import journal.store as js
 import journal.upkeep as ju
 from journal import Checkpoint

@@ -53,7 +53,7 @@ from journal import (
     TokenUsage,
     TranscriptPageRequest,
 )
-from journal.catalog import OP_UPSERT, CatalogRecord
+from journal.catalogrecords import OP_UPSERT, CatalogRecord
 from journal.payloads import COMMIT_FORK, COMMIT_SAVE, DECODERS
 from journal.record import CHECKPOINT, COMMIT, FLAG_ZSTD
 

@@ -83,11 +83,11 @@ def test_a_listing_and_a_delete_finishing_an_orphan_do_not_deadlock(tmp_path: Pa
     real_session = store.open_sessions.get
     real_forget = store.upkeep.catalog_forget
 
-    def session_hook(sid: str):  # type: ignore[no-untyped-def]
+    def session_hook(sid: str, **kw):  # type: ignore[no-untyped-def]
         if threading.current_thread().name == "A-listing" and sid == "x" and not a_at.is_set():
             a_at.set()
             a_go.wait(20)
-        return real_session(sid)
+        return real_session(sid, **kw)
 
     def forget_hook(ids):  # type: ignore[no-untyped-def]
         if threading.current_thread().name == "B-delete" and not b_at.is_set():

@@ -90,18 +90,18 @@ def test_save_whose_catalog_cannot_be_written_returns(
         assert listed_sequences(again) == {"s": 2, "kid": 0, "new": 0}
 
 
-def test_save_whose_catalog_snapshot_cannot_be_written_returns(
+def test_save_whose_catalog_base_cannot_be_written_returns(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """ENOSPC on `catalog/snapshot.tmp…` alone (the catalog log takes the record):
+    """ENOSPC on `catalog/.base.tmp…` alone (the catalog log takes the record):
     the save returns, and the catalog lists it at once."""
     root = tmp_path / "store"
     with journal.open(root) as store:
         store.save(checkpoint("s", 0, []))
-        monkeypatch.setattr(store.catalog, "_snapshot_due", lambda: True)
-        ops = _full_for(monkeypatch, os.path.join("catalog", "snapshot"))
+        ops = _full_for(monkeypatch, os.path.join("catalog", ".base.tmp."))
         for seq in range(1, 4):
             store.save(checkpoint("s", seq, []))
+            store.catalog.rewrite_base()  # what the background job runs
         assert ops.refused >= 3
         loaded = store.load("s")
         assert loaded is not None and loaded.sequence == 3

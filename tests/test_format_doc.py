@@ -13,6 +13,8 @@ import pytest
 from journal import (
     Event,
     catalog,
+    catalogbase,
+    catalogrecords,
     dictionary,
     index,
     log,
@@ -83,6 +85,24 @@ CODE_CONSTANTS = {
     "log.kind.session": log.KIND_SESSION,
     "log.kind.catalog": log.KIND_CATALOG,
     "store.format": store.STORE_FORMAT,
+    "catalog_base.magic": catalogbase.BASE_MAGIC.hex(),
+    "catalog_base.version": catalogbase.BASE_VERSION,
+    "catalog_base.header_size": catalogbase.HEADER.size,
+    "catalog_base.footer_size": catalogbase.FOOTER.size,
+    "catalog_base.block_bytes": catalogbase.BLOCK_BYTES,
+    "catalog_base.block_level": catalogbase.BLOCK_LEVEL,
+    "catalog_base.index_fanout": catalogbase.INDEX_FANOUT,
+    "catalog_base.table.sessions": catalogrecords.T_SESSIONS,
+    "catalog_base.table.order": catalogrecords.T_ORDER,
+    "catalog_base.table.owners": catalogrecords.T_OWNERS,
+    "catalog_base.table.parents": catalogrecords.T_PARENTS,
+    "catalog_base.table.execs": catalogrecords.T_EXECS,
+    "catalog_base.table.dirs": catalogrecords.T_DIRS,
+    "catalog.delta_sessions": catalog.DELTA_SESSIONS,
+    "catalog.delta_log_bytes": catalog.DELTA_LOG_BYTES,
+    "catalog.delta_share": catalog.DELTA_SHARE,
+    "catalog.delta_log_max": catalog.DELTA_LOG_MAX,
+    "catalog_base.tmp_max_age": int(catalog.BASE_TMP_MAX_AGE),
 }
 
 
@@ -117,6 +137,8 @@ def _table_after(heading: str) -> list[list[str]]:
         ("Dense entries", index.DENSE.size),
         ("Sparse entries", index.SPARSE.size),
         ("written whole (temp file", metafile.META_HEADER_SIZE),
+        ("#### Base header", catalogbase.HEADER.size),
+        ("#### Base footer", catalogbase.FOOTER.size),
     ],
 )
 def test_byte_tables_are_contiguous_and_sized(heading: str, size: int | None) -> None:
@@ -146,12 +168,68 @@ def test_record_frame_table_matches_struct() -> None:
         ("CommitPayload", payloads.CommitPayload),
         ("DictionaryPayload", payloads.DictionaryPayload),
         ("LossPayload", payloads.LossPayload),
-        ("CatalogRecord", catalog.CatalogRecord),
+        ("CatalogRecord", catalogrecords.CatalogRecord),
+        ("Directory", catalogbase.Directory),
+        ("TableInfo", catalogbase.TableInfo),
+        ("BaseMeta", catalogrecords.BaseMeta),
+        ("BaseEntry", catalogrecords.BaseEntry),
     ],
 )
 def test_payload_tables_list_fields_in_order(name: str, cls: type[msgspec.Struct]) -> None:
     documented = [row[0] for row in _table_after(f"#### {name}")]
     assert documented == [f.name for f in msgspec.structs.fields(cls)]
+
+
+def test_base_tables_match_the_code() -> None:
+    """Each documented table: its id, its entry's fields (as many as the code's entry
+    type has) and how many of them are its key."""
+    rows = _table_after("#### Base tables")
+    assert [int(r[0]) for r in rows] == sorted(catalogrecords.TABLES)
+    for row in rows:
+        entry, _, keys, _ = catalogrecords.TABLES[int(row[0])]
+        fields = re.sub(r"\([^)]*\)", "", row[2]).split(",")
+        assert len(fields) == len(entry.__args__), row  # type: ignore[attr-defined]
+        assert int(row[3]) == keys, row
+
+
+def test_a_real_base_has_the_documented_layout(tmp_path: Path) -> None:
+    import struct
+    import zlib
+
+    import zstandard
+
+    import journal
+
+    with journal.open(tmp_path / "s") as st:
+        st.save(journal.Checkpoint.empty("x", owner_id="o"))
+        st.catalog.rewrite_base()
+    data = (tmp_path / "s" / "catalog" / "base").read_bytes()
+    assert data[:8] == b"JRNLCBAS" and struct.unpack_from("<HHI", data, 8) == (1, 0, 0)
+    offset, length, crc, magic = struct.unpack_from("<QII8s", data, len(data) - 24)
+    assert magic == b"JRNLCBAS" and offset + length == len(data) - 24
+    assert zlib.crc32(data[offset : offset + length]) == crc
+    meta, tables = msgspec.msgpack.decode(data[offset : offset + length])
+    assert [t[0] for t in tables] == sorted(catalogrecords.TABLES)
+    assert msgspec.msgpack.decode(meta)[3] == 1  # one session
+    for table, entries, at, size, crc in tables:
+        top = msgspec.msgpack.decode(data[at : at + size])
+        assert zlib.crc32(data[at : at + size]) == crc
+        index = []
+        for page_at, page_size, page_crc, page_first, blocks in top:
+            page = msgspec.msgpack.decode(data[page_at : page_at + page_size])
+            assert zlib.crc32(data[page_at : page_at + page_size]) == page_crc
+            assert len(page) == blocks <= catalogbase.INDEX_FANOUT and page[0][3] == page_first
+            index.extend(page)
+        found = []
+        for block_at, block_size, block_crc, first in index:
+            stored = data[block_at : block_at + block_size]
+            assert zlib.crc32(stored) == block_crc
+            block = msgspec.msgpack.decode(zstandard.ZstdDecompressor().decompress(stored))
+            assert block[0][: len(first)] == first
+            found.extend(block)
+        assert len(found) == entries
+        if table == catalogrecords.T_ORDER:
+            assert found[0][2] == "x"
 
 
 def test_snapshot_fields_documented() -> None:

@@ -56,6 +56,7 @@ from helpers import (
 import journal
 import journal.catalog
 import journal.locks
+import journal.registry
 from journal import (
     ExecutionPageRequest,
     SessionCursor,
@@ -533,7 +534,7 @@ def test_catalog_ahead_of_log_is_corrected_after_reboot(tmp_path: Path) -> None:
     store.close()
     shutil.rmtree(session_dir)
     shutil.copytree(saved, session_dir)
-    (root / "catalog" / journal.catalog.BOOT_FILE).write_text("another-boot\n")
+    (root / "catalog" / journal.registry.BOOT_FILE).write_text("another-boot\n")
 
     reopened = journal.open(root)
     try:

@@ -18,7 +18,7 @@ from helpers import execution, fold
 # reaches inside: the execution copies in the catalog log are what it checks and damages
 import journal
 from journal import Checkpoint, ExecutionStats, Store
-from journal.catalog import OP_EXECUTION, SNAPSHOT_FILE, CatalogRecord, _decode
+from journal.catalogrecords import OP_EXECUTION, CatalogRecord, decode_record_payload
 from journal.log import KIND_CATALOG, Log
 from journal.record import HEADER_SIZE
 from journal.scan import ScanState
@@ -104,18 +104,21 @@ def test_answer_comes_from_the_catalog_without_opening_sessions(
         store.close()
 
 
-def test_copies_survive_a_reopen_through_the_snapshot(
+def test_copies_survive_a_reopen_through_the_base(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "s"
-    _fill(root, sessions=150, turns=5)  # enough catalog bytes to leave a snapshot behind
-    assert (root / "catalog" / SNAPSHOT_FILE).exists()
+    _fill(root, sessions=150, turns=5)
+    with journal.open(root) as store:
+        store.catalog.rewrite_base()  # what the background job does past the bound
+    assert (root / "catalog" / "base").exists()
     expected = _expected(root, 50)
     opened = _count_session_reads(monkeypatch)
     store = journal.open(root, read_only=True)
     try:
-        # reaches inside: whether the open read the snapshot is the catalog's own
-        assert store.catalog._snapshot_covered > 0, "the snapshot was not used"
+        # reaches inside: whether the open read the base is the catalog's own
+        assert store.catalog.base_meta.sessions == 150, "the base was not used"
+        assert store.catalog.delta_size() == 0
         assert _answer(store, 50) == expected
         assert opened == []
     finally:
@@ -123,7 +126,8 @@ def test_copies_survive_a_reopen_through_the_snapshot(
 
 
 def _copy_spans(store: Store) -> dict[tuple[str, int], tuple[int, int]]:
-    return dict(store.catalog.exec_copies)
+    keys, _ = store.catalog.recent_execution_keys(1 << 20)
+    return {(sid, seq): span for (_, sid, seq), span in keys if span is not None}
 
 
 def test_damaged_copy_falls_back_to_the_session_log(
@@ -163,10 +167,14 @@ def test_copy_of_another_key_is_not_trusted(tmp_path: Path) -> None:
     expected = _expected(root, 8)
     store = journal.open(root)
     try:
-        copies = store.catalog.exec_copies
-        keys = sorted(copies)
+        # reaches inside: the delta's remembered positions of the copies
+        delta = store.catalog.view.delta
+        keys = sorted(_copy_spans(store))
+        (sa, qa), (sb, qb) = keys[0], keys[1]
+        a, b = delta[sa], delta[sb]
+        assert a is not None and b is not None
         # swap two remembered positions: each now points at the other key's copy
-        copies[keys[0]], copies[keys[1]] = copies[keys[1]], copies[keys[0]]
+        a.where[qa], b.where[qb] = b.where[qb], a.where[qa]
         assert _answer(store, 8) == expected
     finally:
         store.close()
@@ -178,7 +186,7 @@ def test_deleted_and_recreated_session_drops_old_copies(tmp_path: Path) -> None:
     store = journal.open(root)
     try:
         assert store.delete_sessions(["s1"])
-        assert not any(sid == "s1" for sid, _ in store.catalog.exec_copies)
+        assert not any(sid == "s1" for sid, _ in _copy_spans(store))
         cp = Checkpoint.empty("s1")
         rec = execution("s1", 500, started=1_600_000_000_000)
         cp.execution_stats = fold(ExecutionStats(), rec)
@@ -200,7 +208,7 @@ def test_catalog_records_of_a_save_are_upsert_then_copy(tmp_path: Path) -> None:
     try:
         records: list[CatalogRecord] = []
         for commit in log.committed(0, ScanState(), strict=True):
-            records.extend(_decode(r.payload) for r in commit)
+            records.extend(decode_record_payload(r.payload) for r in commit)
     finally:
         log.close()
     ops = [(r.op, r.session_id, r.execution) for r in records]
