@@ -19,6 +19,7 @@ from .tree import Tree
 from .types import ExecutionRecord, SessionCursor, SessionPage, SessionPageRequest, SessionSummary
 
 _execution_decoder = msgspec.msgpack.Decoder(ExecutionRecord)
+_executions_decoder = msgspec.msgpack.Decoder(list[ExecutionRecord | None])
 
 
 def sessions_page(catalog: Catalog, tree: Tree, req: SessionPageRequest) -> SessionPage:
@@ -84,15 +85,15 @@ def recent_executions(
         pending = tree.pending_session_dirs()
         if pending:
             listed = [(k, span) for k, span in listed if dir_name(k[1]) not in pending]
-        fresh = [(key, span) for key, span in listed if key not in seen]
-        seen.update(key for key, _ in fresh)
-        with_copy = [(key, span) for key, span in fresh if span is not None]
-        copies = dict(
-            zip([key for key, _ in with_copy], catalog.execution_copies(with_copy), strict=True)
-        )
-        for key, _ in fresh:
-            body = copies.get(key)
-            rec = _decode_execution(body) if body is not None else None
+        if seen:
+            listed = [(k, span) for k, span in listed if k not in seen]
+        if not exhausted:
+            seen.update(k for k, _ in listed)
+        with_copy = [(k, span) for k, span in listed if span is not None]
+        records = _decode_all(catalog.execution_copies(with_copy))
+        by_copy = iter(records)
+        for key, span in listed:
+            rec = next(by_copy) if span is not None else None
             if rec is None:
                 rec = from_log(key[1], key[2])
             if rec is not None:
@@ -102,6 +103,19 @@ def recent_executions(
         if exhausted:
             return out
         want *= 2
+
+
+def _decode_all(bodies: list[bytes | None]) -> list[ExecutionRecord | None]:
+    """Catalog copies of execution records, decoded in one call when all are there
+    and decode (None for one that is missing or does not decode: use the log)."""
+    if bodies and None not in bodies:
+        n = len(bodies)
+        head = bytes([0x90 | n]) if n < 16 else b"\xdd" + n.to_bytes(4, "big")
+        try:
+            return _executions_decoder.decode(head + b"".join(bodies))  # type: ignore[arg-type]
+        except msgspec.DecodeError:
+            pass
+    return [None if body is None else _decode_execution(body) for body in bodies]
 
 
 def _decode_execution(body: bytes) -> ExecutionRecord | None:
