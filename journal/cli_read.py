@@ -89,26 +89,25 @@ def cmd_ls(args: argparse.Namespace, out: Output) -> int:
             view = catch(
                 out, s.session_id, partial(session_view, store, s.session_id), (JournalError,)
             )
-            sz = sizes(store.session_dir(s.session_id), view.log_bytes if view else 0)
-            rows.append((s, view.events if view else None, sz, view is None))
+            rows.append((s, view, store.session_dir(s.session_id)))
     more = cursor_text(cursor) if cursor is not None else None
     if out.json:
-        out.doc(
-            {
-                "sessions": [
-                    {
-                        **msgspec.to_builtins(s),
-                        "events": ev,
-                        "log_bytes": sz.log_bytes,
-                        "file_bytes": sz.file_bytes,
-                        "disk_bytes": sz.disk_bytes,
-                        "damaged": bad,
-                    }
-                    for s, ev, sz, bad in rows
-                ],
-                "next_before": more,
-            }
-        )
+        docs = []
+        for s, view, directory in rows:
+            # The files' sizes (a walk of each directory) are in the JSON document
+            # only: the table's LOG column is the log's bytes, which the view has.
+            sz = sizes(directory, view.log_bytes if view else 0)
+            docs.append(
+                {
+                    **msgspec.to_builtins(s),
+                    "events": view.events if view else None,
+                    "log_bytes": sz.log_bytes,
+                    "file_bytes": sz.file_bytes,
+                    "disk_bytes": sz.disk_bytes,
+                    "damaged": view is None,
+                }
+            )
+        out.doc({"sessions": docs, "next_before": more})
     else:
         out.table(
             ["updated", "session", "parent", "seq", "events", "log", "first user message"],
@@ -118,11 +117,11 @@ def cmd_ls(args: argparse.Namespace, out: Output) -> int:
                     s.session_id,
                     f"{s.parent_session_id}@{s.parent_sequence}" if s.parent_session_id else None,
                     s.sequence,
-                    "DAMAGED" if bad else ev,
-                    "DAMAGED" if bad else size(sz.log_bytes),
+                    "DAMAGED" if view is None else view.events,
+                    "DAMAGED" if view is None else size(view.log_bytes),
                     s.first_user_message,
                 ]
-                for s, ev, sz, bad in rows
+                for s, view, _ in rows
             ],
         )
         if more is not None:
