@@ -27,6 +27,7 @@ from test_viewer_fixtures import (
     MAIN_SAVES,
     build_store,
     serving,
+    stop_writer,
     tree_state,
     writer_process,
 )
@@ -470,9 +471,7 @@ def test_the_live_stream_carries_another_process_commits(tmp_path: Path) -> None
             assert got == [f"live-{i}" for i in range(8)] and last_id == 8
         finally:
             conn.close()
-            assert writer.stdin is not None
-            writer.stdin.close()
-            writer.wait(30)
+            stop_writer(writer)
 
 
 # ------------------------------------------------------------------ the command
@@ -493,7 +492,8 @@ def test_the_command_serves_until_interrupted(built: Path) -> None:
         assert len(json.loads(conn.getresponse().read())["sessions"]) == 6
         conn.close()
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(30) == 130
+        proc.communicate(timeout=30)
+        assert proc.returncode == 130
     finally:
         if proc.poll() is None:
             proc.kill()

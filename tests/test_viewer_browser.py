@@ -22,7 +22,14 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from test_viewer_fixtures import ESCAPE_ID, MAIN_SAVES, build_store, serving_process, writer_process
+from test_viewer_fixtures import (
+    ESCAPE_ID,
+    MAIN_SAVES,
+    build_store,
+    serving_process,
+    stop_writer,
+    writer_process,
+)
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -330,9 +337,7 @@ def test_a_live_tail_follows_a_writer_process(
         assert "12 new events" in browser.find_element(By.CSS_SELECTOR, ".live-status").text
         shoot(browser, shots, "live")
     finally:
-        assert writer.stdin is not None
-        writer.stdin.close()
-        writer.wait(30)
+        stop_writer(writer)
     browser.find_element(By.CSS_SELECTOR, "[data-follow]").click()
     assert "stopped" in browser.find_element(By.CSS_SELECTOR, ".live-status").text
 

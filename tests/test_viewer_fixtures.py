@@ -240,7 +240,7 @@ def serving_process(root: Path) -> Iterator[str]:
         yield str(json.loads(line)["url"])
     finally:
         proc.terminate()
-        proc.wait(10)
+        proc.communicate(timeout=10)
 
 
 WRITER = """
@@ -268,6 +268,11 @@ def writer_process(root: Path, sid: str, count: int) -> subprocess.Popen[str]:
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return proc
+
+
+def stop_writer(proc: subprocess.Popen[str]) -> None:
+    """Let a `writer_process` exit (it has written all it was to write) and reap it."""
+    proc.communicate(timeout=60)
 
 
 # ------------------------------------------------------------------ the store is what it says

@@ -10,7 +10,6 @@ follow `journal ... --json` (docs/viewer.md lists the differences).
 
 from __future__ import annotations
 
-import gc
 import os
 import threading
 import time
@@ -79,10 +78,6 @@ class Data:
         # The catalog is read on its first use: here, before the server answers,
         # rather than in the first visitor's request.
         self.store.list_sessions_page(SessionPageRequest(limit=1))
-        # What was read so far lives as long as the server: kept out of the cycle
-        # collector's sight, a full collection does not walk the catalog (at 100k
-        # sessions one takes 0.4-0.6 s, in whichever request triggers it).
-        gc.freeze()
         self._lock = threading.Lock()
         # what verify found, by session id: (log bytes verified, first data finding)
         self._verified: dict[str, tuple[int, dict[str, Any] | None]] = {}
