@@ -94,3 +94,51 @@ def test_a_boot_recheck_cut_short_by_a_kill_is_done_again(
         assert store.load("x").sequence == 0  # type: ignore[union-attr]
         listed = listed_sequences(store)
     assert listed == {"x": 0}, f"catalog still ahead of x's log after reopen: {listed}"
+
+
+def test_a_process_that_only_writes_leaves_the_recheck_to_the_next_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening re-checks nothing (the catalog waits for its first read): a process
+    that only loads and saves after the reboot leaves BOOT as it was, so the
+    re-check is not lost, and the first process that lists does it."""
+    root = _power_loss_root(tmp_path, monkeypatch)
+    boot = root / "catalog" / "BOOT"
+    before = boot.read_text()
+    with journal.open(root) as store:
+        assert store.load("x").sequence == 0  # type: ignore[union-attr]
+        store.save(Checkpoint.empty("y", owner_id="o"))  # appends to the catalog
+        assert not store.upkeep.unannounced()
+    assert boot.read_text() == before  # not recorded: nothing was re-checked
+    with journal.open(root) as store:
+        assert listed_sequences(store) == {"x": 0, "y": 0}
+    assert boot.read_text() != before
+    assert "after-the-reboot" in boot.read_text()
+
+
+def test_the_recheck_of_every_session_keeps_few_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The re-check runs inside the first listing's call: each session is held only
+    while it is derived, so the open-session cache stays at its bound meanwhile
+    (pinned for the whole call, 7,000 sessions ran out of descriptors)."""
+    monkeypatch.setattr(jc, "boot_id", lambda: "boot-1")
+    root = tmp_path / "s"
+    with journal.open(root, durability="os") as store:
+        for i in range(40):
+            store.save(Checkpoint.empty(f"s{i}", owner_id="o"))
+    monkeypatch.setattr(jc, "boot_id", lambda: "boot-2")
+    import journal.upkeep as ju
+
+    sizes: list[int] = []
+    real = ju.Upkeep._rederive_open
+
+    def counting(self, sess):  # type: ignore[no-untyped-def]
+        sizes.append(len(self.sessions))
+        return real(self, sess)
+
+    monkeypatch.setattr(ju.Upkeep, "_rederive_open", counting)
+    with journal.open(root, max_open_sessions=4) as store:
+        assert len(listed_sequences(store)) == 40
+    assert len(sizes) == 40
+    assert max(sizes) <= 5, sizes
