@@ -2,18 +2,14 @@
 
 `add_parsers(add)` registers `serve` with the `journal` command line the way the
 `cli_*` modules register theirs; `main` runs the same command on its own. The
-server's modules are imported only when `serve` runs.
+server's modules (and the rest) are imported only when `serve` runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
-import json
 import os
 import sys
-import threading
-import webbrowser
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,8 +23,13 @@ Add = Callable[[str, Callable[[argparse.Namespace, Any], int], str], argparse.Ar
 
 def cmd_serve(args: argparse.Namespace, out: Any) -> int:
     """Serve the store at --root until Ctrl-C (exit 130)."""
-    # Imported here: `journal ls` and the other commands build this parser too, and
-    # need none of the HTTP server.
+    # Imported here: `journal ls` and the other commands import this module for its
+    # parser, and need none of the HTTP server.
+    import gc
+    import json
+    import threading
+    import webbrowser
+
     from .data import Data
     from .server import ViewerServer
 
