@@ -301,10 +301,14 @@ class CatalogView:
         return None
 
     def unlisted(self, names: Iterable[str]) -> set[str]:
-        """The directory names among `names` of no listed session: a merge of the
-        sorted names with one scan of the base's name table."""
+        """The directory names among `names` of no listed session: a lookup of each,
+        or for many names a merge of the sorted names with one scan of the base's
+        name table."""
         wanted = sorted(set(names) - self.dirs.keys())
         table = self.table(T_DIRS)
+        if table is not None and len(wanted) < table.blocks:
+            # Fewer names than blocks: a lookup each reads less than the scan.
+            return {name for name in wanted if self.listed_id_of_dir(name) is None}
         it: Iterator[Entry] = iter(()) if table is None else table.ascending(())
         out: set[str] = set()
         e = next(it, None)

@@ -22,7 +22,7 @@ import journal
 import journal.catalog as jc
 import journal.catalogbase as jcb
 from journal import Checkpoint, SessionPageRequest, catalog
-from journal.catalogrecords import T_EXECS, T_ORDER, TABLES, sort_key
+from journal.catalogrecords import T_DIRS, T_EXECS, T_ORDER, TABLES, sort_key
 from journal.session import Session
 
 TESTS = Path(__file__).resolve().parent
@@ -426,3 +426,26 @@ def test_a_writer_follows_a_catalog_that_another_process_set_aside(tmp_path: Pat
         assert writer.catalog.base_meta.sessions == 0  # the old base is not the new log's
     finally:
         writer.close()
+
+
+def test_unlisted_names_by_lookup_and_by_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A few names are looked up one by one, many by one scan of the name table:
+    both answers are the names no listed session has."""
+    _small_blocks(monkeypatch)
+    root = tmp_path / "s"
+    _fill(root, 60)
+    _rewrite(root)
+    with journal.open(root, durability="os") as store:
+        names = sorted(os.listdir(root / "sessions"))
+        store.save(Checkpoint.empty("fresh", owner_id="o"))  # in the delta
+        assert store.delete_sessions(["s0007"])  # a tombstone over its base entries
+        gone = next(n for n in names if n.startswith("s0007-"))
+        table = store.catalog.view.table(T_DIRS)
+        assert table is not None and table.blocks > 4
+        few = [names[3], gone, "zz-stray"]
+        assert store.catalog.unlisted(few) == {gone, "zz-stray"}
+        many = [*names, "aa-stray", "zz-stray"]
+        assert len(many) > table.blocks
+        assert store.catalog.unlisted(many) == {gone, "aa-stray", "zz-stray"}
