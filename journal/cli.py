@@ -34,6 +34,7 @@ from .cli_common import (
     Output,
     error_doc,
 )
+from .viewer import command as viewer_command
 
 EPILOG = f"""\
 output:
@@ -119,6 +120,7 @@ def build_parser(command: str | None = None) -> Parser:
     cli_log.add_parsers(add)
     cli_maint.add_parsers(add)
     cli_damage.add_parsers(add)
+    viewer_command.add_parsers(add)
     return parser
 
 
