@@ -36,6 +36,7 @@ class SessionJobs:
     def warm_soon(self, session_id: str) -> None:
         self.jobs.run_soon(functools.partial(self.warm, session_id))
 
+    @guarded
     def warm(self, session_id: str) -> None:
         """Open a session just created here, and take and release its write lock, in
         the background: its first commit was written through a private object, and

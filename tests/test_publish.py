@@ -12,6 +12,7 @@ reported as damage, and the same id must be creatable again.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -1014,3 +1015,34 @@ def test_a_name_taken_then_freed_while_publishing_is_looked_up_again(
         assert loaded is not None and loaded.sequence == 0
     finally:
         store.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_creating_many_sessions_keeps_at_most_max_open_sessions_open(tmp_path: Path) -> None:
+    """Each first save warms its new session in the background (opened, its writer
+    ready); those opens count against `max_open_sessions` like a caller's, so a
+    store that creates many sessions keeps only that many open, not one set of
+    descriptors per session it ever created."""
+
+    def open_session_dirs(root: Path) -> set[str]:
+        sessions = os.path.realpath(root / "sessions") + os.sep
+        found = set()
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/self/fd/{fd}")
+                if target.startswith(sessions):
+                    found.add(target[len(sessions) :].split(os.sep)[0])
+        return found
+
+    root = tmp_path / "s"
+    store = journal.open(root, durability="os", max_open_sessions=4)
+    try:
+        for i in range(40):
+            store.save(Checkpoint.empty(f"s{i}"))
+            store.jobs.wait()  # the warm-up of s{i} has run
+        held = open_session_dirs(root)
+        assert 1 <= len(held) <= 4, sorted(held)
+        assert store.load("s0") is not None  # a session closed on the way opens again
+    finally:
+        store.close()
+    assert open_session_dirs(root) == set()
