@@ -133,8 +133,20 @@ class Catalog:
         self.covered = self.base_meta.covered
         self.anchor = (self.base_meta.anchor_pos, self.base_meta.anchor_crc)
         self._checked_copies: dict[tuple[int, int, ExecKey], bytes] = {}  # execution_copies
+        self._retire_bases()
         self._quiet_mark = -1  # flock acquisitions at our last complete append
         self._looked_at = 0.0  # when we last looked for a newer base
+
+    def _retire_bases(self) -> None:
+        """Close the bases no longer read: all but the current one, unless a rewrite
+        is merging from one (then at the next reset or the rewrite's end)."""
+        if self._merging:
+            return
+        current = self.view.base
+        for base in self._bases:
+            if base is not current:
+                base.close()
+        self._bases = [] if current is None else [current]
 
     # ------------------------------------------------------------------ base
     def _open_base(self) -> tuple[Base, BaseMeta] | None:
@@ -222,7 +234,10 @@ class Catalog:
         except OSError:
             return False
         opened = self._open_base()
-        if opened is None or opened[1].covered <= self.base_meta.covered:
+        if opened is None:
+            return False
+        if opened[1].covered <= self.base_meta.covered:
+            self._retire_bases()
             return False
         self._reset(opened)
         self._refresh(False)
@@ -251,7 +266,9 @@ class Catalog:
         except (JournalError, OSError):
             pass
         finally:
-            self._merging = False
+            with self._lock:
+                self._merging = False
+                self._retire_bases()
 
     def _rewrite(self) -> None:
         with self._lock:

@@ -3,6 +3,7 @@ catalog; the base is only a cache of the catalog log, checked before it is used.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -325,9 +326,28 @@ def test_another_process_adopts_a_newer_base(
         assert len(_pages(reader)) == 30  # past the bound: it looks for a newer base
         assert reader.catalog.base_meta.sessions == 30
         assert reader.catalog.delta_size() == 0
+        # Bases left behind are closed: many rewrites and adoptions hold no more files.
+        fds = _base_files_open()
+        for round in range(6):
+            for i in range(10):
+                writer.save(Checkpoint.empty(f"r{round}-{i}", owner_id="o"))
+            writer.catalog.rewrite_base()
+            assert len(_pages(reader, limit=100)) == 40 + 10 * round
+            assert reader.catalog.delta_size() == 0
+        assert _base_files_open() <= fds
     finally:
         writer.close()
         reader.close()
+
+
+def _base_files_open() -> int:
+    """How many of this process's descriptors are base files (renamed-over ones too)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if "base" in os.path.basename(os.readlink(f"/proc/self/fd/{fd}")):
+                count += 1
+    return count
 
 
 _KILLED_IN_REWRITE = textwrap.dedent(
