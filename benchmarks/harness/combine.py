@@ -3,7 +3,8 @@ medians with their min-max, per ratio the median of the runs' ratios with their 
 
     python benchmarks/harness/combine.py run1.json run2.json ... > table.md
 
-Rows are matched by section and label; a row missing from a run counts the runs it is in.
+Rows are matched by section key and label (and its occurrence); a row missing from some
+runs says in how many it is.
 """
 
 from __future__ import annotations
@@ -36,12 +37,18 @@ def spread(values: Sequence[float], unit: Unit | None) -> str:
 
 def combine(paths: Sequence[Path]) -> str:
     runs = [json.loads(path.read_text()) for path in paths]
-    order: list[tuple[str, str]] = []
-    rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    order: list[tuple[str, str, int]] = []
+    rows: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    titles: dict[str, str] = {}
     for run in runs:
         for section in run["sections"]:
+            name = section.get("key", section["title"])
+            titles[name] = section["title"]
+            seen: dict[str, int] = {}
             for row in section["rows"]:
-                key = (section["title"], row["label"])
+                # a label may repeat within a section (the bytes workload's sub-rows)
+                seen[row["label"]] = seen.get(row["label"], 0) + 1
+                key = (name, row["label"], seen[row["label"]])
                 if key not in rows:
                     order.append(key)
                     rows[key] = []
@@ -55,7 +62,7 @@ def combine(paths: Sequence[Path]) -> str:
     for key in order:
         if key[0] != title:
             title = key[0]
-            lines.append(f"| **{title}** | | | | | | | |")
+            lines.append(f"| **{titles[title]}** | | | | | | | |")
         found = rows[key]
         first = found[0]
         if first.get("text"):

@@ -149,6 +149,8 @@ def fmt_value(value: float | None, unit: Unit) -> str:
 
 
 def fmt_ratio(value: float) -> str:
+    if value < 0.1:
+        return f"{value:.3f}x"
     return f"{value:.2f}x" if value < 100 else f"{value:,.0f}x"
 
 
