@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import uuid
 from collections.abc import Callable
 from typing import Generic, TypeVar
@@ -137,7 +136,7 @@ class Publisher:
             syncing.wait_quietly()
         if spare is not None:
             spare.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        fsio.remove_tree(tmp)
         self.spares.refill_soon()
 
     def _new_session_dir(
@@ -164,7 +163,7 @@ class Publisher:
         try:
             sessiondir.build(tmp, identity)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            fsio.remove_tree(tmp)
             raise
         return tmp
 
@@ -262,7 +261,7 @@ class Staged(Generic[T]):
         if self._spare is not None:
             self._spare.close()  # its syncs are done (waited for, by publish or above)
         if not self._published:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            fsio.remove_tree(self.tmp)
         self.spares.refill_soon()
 
 

@@ -17,8 +17,9 @@ import enum
 import os
 import sys
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
+
+import msgspec
 
 from .errors import CorruptionError, StorageError
 from .record import (
@@ -95,9 +96,11 @@ class TailReason(enum.Enum):
     BAD_RECORD = enum.auto()  # CORRUPT: a frame failing its checks, data after it
 
 
-@dataclass
-class ScanState:
-    """Where a scan stopped and why (filled in by `Scanner.committed`)."""
+class ScanState(msgspec.Struct):
+    """Where a scan stopped and why (filled in by `Scanner.committed`).
+
+    A msgspec Struct rather than a dataclass, as the other small records here: a
+    dataclass costs each process a code generation at import."""
 
     end: int = 0  # position just after the last complete commit
     tail: Tail = Tail.CLEAN
@@ -143,13 +146,12 @@ _RETRIES = 5  # looks again at bytes a live writer was changing
 _COMPRESSED = FLAG_ZSTD | FLAG_DICT
 
 
-@dataclass
-class _Cursor:
+class _Cursor(msgspec.Struct):
     """How far a scan has come: segment, position, and the open commit's records."""
 
     idx: int
     pos: int
-    pending: list[Record] = field(default_factory=list)
+    pending: list[Record] = msgspec.field(default_factory=list)
     retries: int = 0
     sealed: bool = False  # the last commit read in this segment is its SEAL
 

@@ -16,7 +16,8 @@ import contextlib
 import os
 import struct
 import zlib
-from dataclasses import dataclass
+
+import msgspec
 
 from . import fsio
 from .errors import CorruptionError, FormatVersionError, StorageError
@@ -31,8 +32,7 @@ SEAL_RECORD = frame(SEAL, b"", commit=True, compress=False)
 SEAL_SIZE = len(SEAL_RECORD)  # 10
 
 
-@dataclass
-class Segment:
+class Segment(msgspec.Struct):
     base: int  # log position of its first record
     path: str
 

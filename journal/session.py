@@ -6,9 +6,10 @@ holds, folding commits, catching up with the log, reads, the lock protocol, writ
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
+
+import msgspec
 
 from . import dictionary
 from .appends import AppendQueue
@@ -48,7 +49,7 @@ class Session(SessionWrites):
         (an empty log), not yet published, for its first commit; nothing is synced
         or locked (`publish.py` syncs it, and nobody else knows the directory)."""
         if private is not None:
-            options = dataclasses.replace(options, durable=False)
+            options = msgspec.structs.replace(options, durable=False)
         self.dir = directory
         self.dir_name = os.path.basename(directory)
         self.id = session_id

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
 import msgspec
@@ -83,8 +82,7 @@ class Head(msgspec.Struct):
     losses: list[int] = msgspec.field(default_factory=list)  # positions of LOSS records
 
 
-@dataclass
-class SessionOptions:
+class SessionOptions(msgspec.Struct):
     durable: bool = True
     segment_bytes: int = 64 << 20
     lock_timeout: float = 10.0
@@ -97,8 +95,7 @@ class SessionOptions:
     dictionary: bool = True
 
 
-@dataclass
-class Recovery:
+class Recovery(msgspec.Struct):
     """What opening for write had to drop (a torn tail), for reports."""
 
     path: str

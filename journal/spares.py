@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import threading
 import time
 import uuid
 
-from . import sessiondir
+from . import fsio, sessiondir
 from .errors import JournalError
 from .jobs import JobRunner
 from .layout import LOCK_FILE, SPARE_PREFIX
@@ -107,7 +106,7 @@ class Spare:
     def discard(self) -> None:
         """Close it and remove its directory."""
         self.close()
-        shutil.rmtree(self.path, ignore_errors=True)
+        fsio.remove_tree(self.path)
 
 
 class SparePool:
@@ -166,7 +165,7 @@ class SparePool:
                 sessiondir.build_spare(path)
                 spare = Spare.open(path)
             except (OSError, JournalError):
-                shutil.rmtree(path, ignore_errors=True)
+                fsio.remove_tree(path)
                 return
             with self._lock:
                 if not self._closed:

@@ -25,7 +25,6 @@ that died is removed by the next delete or open.
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 import uuid
@@ -192,7 +191,7 @@ class Tree:
     def empty_trash(self) -> None:
         """Remove everything in `trash/` now (in the calling thread)."""
         for name in os.listdir(self.trash):
-            shutil.rmtree(os.path.join(self.trash, name), ignore_errors=True)
+            fsio.remove_tree(os.path.join(self.trash, name))
 
     def empty_trash_soon(self) -> None:
         """Remove everything in `trash/` in a background thread (one at a time)."""

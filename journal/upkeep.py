@@ -27,7 +27,6 @@ import contextlib
 import errno
 import functools
 import os
-import shutil
 import threading
 import time
 import uuid
@@ -103,7 +102,7 @@ def clean_tmp(root: str) -> None:
         path = os.path.join(tmp, name)
         try:
             if os.stat(path).st_mtime < cutoff:
-                shutil.rmtree(path, ignore_errors=True)
+                fsio.remove_tree(path)
         except OSError:
             continue
 

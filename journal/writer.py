@@ -18,7 +18,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from . import fsio
 from .errors import StorageError
@@ -31,24 +30,38 @@ GATHER_MAX = 0.002  # the longest a sync leader waits for announced commits (sec
 _ZERO_HEADER = bytes(HEADER_SIZE)
 
 
-@dataclass
 class SegmentWriter:
-    fd: int
-    seg: Segment
-    data_end: int  # log position after the last written byte
-    alloc_end: int  # log position where the file ends (zeros beyond data_end)
-    synced_end: int = 0
-    syncing: bool = False  # a leader is in its fdatasync
-    poisoned: str = ""  # why this writer must not write again (a failed write or sync)
-    # `with lock` where nothing waits (Condition.__enter__ is a Python-level call),
-    # and `notify_all` only when someone waits (`waiters`, counted under the lock):
-    # a lone writer's commit then pays neither.
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    cond: threading.Condition = field(init=False)
-    waiters: int = 0
+    """The open newest segment of a log, as its writer appends and syncs it."""
 
-    def __post_init__(self) -> None:
+    __slots__ = (
+        "alloc_end",
+        "cond",
+        "data_end",
+        "fd",
+        "lock",
+        "poisoned",
+        "seg",
+        "synced_end",
+        "syncing",
+        "waiters",
+    )
+
+    def __init__(
+        self, fd: int, seg: Segment, *, data_end: int, alloc_end: int, synced_end: int = 0
+    ) -> None:
+        self.fd = fd
+        self.seg = seg
+        self.data_end = data_end  # log position after the last written byte
+        self.alloc_end = alloc_end  # log position where the file ends (zeros beyond data_end)
+        self.synced_end = synced_end
+        self.syncing = False  # a leader is in its fdatasync
+        self.poisoned = ""  # why this writer must not write again (a failed write or sync)
+        # `with lock` where nothing waits (Condition.__enter__ is a Python-level call),
+        # and `notify_all` only when someone waits (`waiters`, counted under the lock):
+        # a lone writer's commit then pays neither.
+        self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
+        self.waiters = 0
 
     def wait(self, timeout: float | None = None) -> None:
         """`cond.wait`, counted (call it holding `lock`)."""

@@ -19,11 +19,12 @@ import journal
 from journal import Checkpoint
 
 # Heavy modules a synchronous `import journal` has no use for (asyncio: the async
-# facade; portalocker: locks are flock(2) called directly on POSIX).
-NOT_AT_IMPORT = ["asyncio", "concurrent.futures", "portalocker"]
+# facade; portalocker: locks are flock(2) called directly on POSIX; shutil: only
+# removing a tree needs it; dataclasses: generating a class's code at import).
+NOT_AT_IMPORT = ["asyncio", "concurrent.futures", "portalocker", "shutil", "dataclasses"]
 # The tools' entry points (and what they import) that `journal ls` never calls.
 NOT_FOR_LS = [
-    *NOT_AT_IMPORT,
+    *(m for m in NOT_AT_IMPORT if m != "shutil"),  # (argparse's help formatter imports it)
     "journal.aio",
     "journal.bundle",
     "journal.compact",
