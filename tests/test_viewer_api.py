@@ -439,6 +439,39 @@ def test_ids_and_paths_never_leave_the_store(server: ViewerServer, path: str, st
         assert json.loads(body)["error"]
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/sessions?since=99999999999999999999",
+        "/api/sessions?until=99999999999999999999",
+        "/?since=99999999999999999999",
+        "/?until=99999999999999999",
+        "/?since=10000-01-01",
+        "/api/sessions/main/events?limit=%EF%BC%95",  # a fullwidth 5
+        "/api/sessions/main/events?limit=%C2%B2",  # a superscript 2
+        "/s/main/checkpoint?at=%D9%A5",  # an Arabic-Indic 5
+    ],
+)
+def test_absurd_times_and_numbers_are_400s(server: ViewerServer, path: str) -> None:
+    got, _, body = get(server, path)
+    assert got == 400, (path, got, body[:200])
+    if path.startswith("/api"):
+        assert "is not a sequence number" in json.loads(body)["error"] or "years" in str(body)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/sessions?until=9999-12-31",
+        "/?until=9999-12-31",
+        "/?until=0001-01-01T00:00:00",  # the form shows the day before an end
+    ],
+)
+def test_the_first_and_last_days_dates_name_are_ends(server: ViewerServer, path: str) -> None:
+    got, _, body = get(server, path)
+    assert got == 200, (path, got, body[:200])
+
+
 def test_the_static_files_are_served(server: ViewerServer) -> None:
     for name, ctype in (("viewer.css", "text/css"), ("viewer.js", "text/javascript")):
         status, headers, body = get(server, f"/static/{name}")

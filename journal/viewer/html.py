@@ -43,16 +43,23 @@ def a(url: str, text: object, cls: str = "", **attrs: str) -> str:
 
 
 def when(seconds: float | None) -> str:
+    """Unix seconds as a UTC date and time; one no date can name, as the number."""
     if seconds is None:
         return "-"
-    at = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+    try:
+        at = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return str(seconds)
     return at.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def when_ms(ms: int | None) -> str:
     if ms is None:
         return "-"
-    at = datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+    try:
+        at = datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} ms"
     return at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 

@@ -9,6 +9,16 @@ from typing import Any
 from journal import InvalidInputError
 
 MAX_SEQUENCE = (1 << 63) - 2
+# Times a filter takes, as Unix seconds: the years 1 to 9999 that dates can name.
+MIN_TIME = int(datetime.datetime(1, 1, 1, tzinfo=datetime.timezone.utc).timestamp())
+MAX_TIME = int(
+    datetime.datetime(9999, 12, 31, 23, 59, 59, tzinfo=datetime.timezone.utc).timestamp()
+)
+
+
+def _whole(text: str) -> bool:
+    """ASCII digits only: `str.isdigit` also takes superscripts and fullwidth digits."""
+    return text.isascii() and text.isdigit()
 
 
 class Params:
@@ -27,7 +37,7 @@ class Params:
         text = self.text(name)
         if text is None:
             return None
-        if not text.isdigit() or int(text) > MAX_SEQUENCE:
+        if not _whole(text) or int(text) > MAX_SEQUENCE:
             raise InvalidInputError(f"{name}={text!r} is not a sequence number")
         return int(text)
 
@@ -49,23 +59,28 @@ class Params:
 
     def time(self, name: str, end_of_day: bool = False) -> int | None:
         """A time as Unix seconds: a whole number, or an ISO date or date and time (UTC
-        unless it says otherwise). A bare date as an end means the end of that day."""
+        unless it says otherwise). A bare date as an end means the end of that day.
+        A time outside the years 1 to 9999 is refused: pages show times as dates."""
         text = self.text(name)
         if text is None:
             return None
-        if text.isdigit():
-            return int(text)
-        try:
-            at = datetime.datetime.fromisoformat(text)
-        except ValueError:
-            raise InvalidInputError(
-                f"{name}={text!r} is neither Unix seconds nor an ISO date (2026-01-31)"
-            ) from None
-        if at.tzinfo is None:
-            at = at.replace(tzinfo=datetime.timezone.utc)
-        if end_of_day and len(text) == 10:
-            at += datetime.timedelta(days=1)
-        return int(at.timestamp())
+        if _whole(text):
+            seconds = int(text)
+        else:
+            try:
+                at = datetime.datetime.fromisoformat(text)
+            except ValueError:
+                raise InvalidInputError(
+                    f"{name}={text!r} is neither Unix seconds nor an ISO date (2026-01-31)"
+                ) from None
+            if at.tzinfo is None:
+                at = at.replace(tzinfo=datetime.timezone.utc)
+            seconds = int(at.timestamp())
+            if end_of_day and len(text) == 10:
+                seconds = min(seconds + 86_400, MAX_TIME)
+        if not MIN_TIME <= seconds <= MAX_TIME:
+            raise InvalidInputError(f"{name}={text!r} is outside the years 1 to 9999")
+        return seconds
 
     def sessions(self) -> dict[str, Any]:
         """The sessions list's parameters, as `Data.sessions` takes them."""
