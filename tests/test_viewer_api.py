@@ -472,6 +472,12 @@ def test_the_first_and_last_days_dates_name_are_ends(server: ViewerServer, path:
     assert got == 200, (path, got, body[:200])
 
 
+@pytest.mark.parametrize("port", ["99999", "-1", "http"])
+def test_a_port_out_of_range_is_a_usage_error(built: Path, port: str) -> None:
+    proc = run_cli(built, "serve", "--port", port, check_code=2)
+    assert "is not a TCP port" in proc.stderr
+
+
 def test_the_static_files_are_served(server: ViewerServer) -> None:
     for name, ctype in (("viewer.css", "text/css"), ("viewer.js", "text/javascript")):
         status, headers, body = get(server, f"/static/{name}")

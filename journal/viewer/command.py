@@ -67,10 +67,21 @@ def cmd_serve(args: argparse.Namespace, out: Any) -> int:
     return EXIT_OK
 
 
+def port_number(text: str) -> int:
+    """A TCP port, 0 to 65535 (argparse reports anything else as a usage error)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0 to 65535)")
+    return n
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--port",
-        type=int,
+        type=port_number,
         default=DEFAULT_PORT,
         help=f"TCP port (default: {DEFAULT_PORT}; 0: any free one)",
     )
