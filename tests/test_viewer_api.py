@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,7 @@ from test_viewer_fixtures import (
 
 import journal
 from journal.viewer.convo import conversation, decode_serialised
+from journal.viewer.data import Data
 from journal.viewer.server import ViewerServer
 
 PACKAGE = Path(journal.__file__).parent / "viewer"
@@ -470,6 +472,71 @@ def test_absurd_times_and_numbers_are_400s(server: ViewerServer, path: str) -> N
 def test_the_first_and_last_days_dates_name_are_ends(server: ViewerServer, path: str) -> None:
     got, _, body = get(server, path)
     assert got == 200, (path, got, body[:200])
+
+
+def _raw(port: int, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request)
+        return s.makefile("rb").read()
+
+
+def test_two_host_headers_or_a_foreign_target_are_refused(server: ViewerServer) -> None:
+    me, evil = f"127.0.0.1:{server.port}", "evil.example"
+    for first, second in ((me, evil), (evil, me), (me, me)):
+        reply = _raw(
+            server.port,
+            f"GET /api/sessions HTTP/1.1\r\nHost: {first}\r\nHost: {second}\r\n"
+            "Connection: close\r\n\r\n".encode(),
+        )
+        assert reply.startswith(b"HTTP/1.1 421"), (first, second, reply[:40])
+    for target, status in ((f"http://{evil}/api/sessions", b"421"), (f"http://{me}/api", b"200")):
+        reply = _raw(
+            server.port,
+            f"GET {target} HTTP/1.1\r\nHost: {me}\r\nConnection: close\r\n\r\n".encode(),
+        )
+        assert reply.startswith(b"HTTP/1.1 " + status), (target, reply[:40])
+
+
+def test_bound_to_every_address_it_answers_to_addresses_not_names(built: Path) -> None:
+    data = Data(str(built))
+    server = ViewerServer(data, "0.0.0.0", 0)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        for host, status in (
+            ("10.0.0.1:{port}", 200),
+            ("[fd00::1]:{port}", 200),
+            ("127.0.0.1:{port}", 200),
+            ("evil.example:{port}", 421),
+            ("10.0.0.1.evil.example:{port}", 421),
+            ("10.0.0.1:1", 421),
+        ):
+            got, _, _ = get(server, "/api", headers={"Host": host.format(port=server.port)})
+            assert got == status, (host, got)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+        data.close()
+
+
+def test_it_serves_on_ipv6_loopback(built: Path) -> None:
+    data = Data(str(built))
+    server = ViewerServer(data, "::1", 0)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        assert server.url == f"http://[::1]:{server.port}/"
+        conn = http.client.HTTPConnection("::1", server.port, timeout=30)
+        conn.request("GET", "/api/sessions?owner=bob")
+        resp = conn.getresponse()
+        assert resp.status == 200 and len(json.loads(resp.read())["sessions"]) == 6
+        conn.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+        data.close()
 
 
 @pytest.mark.parametrize("port", ["99999", "-1", "http"])

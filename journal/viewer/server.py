@@ -6,7 +6,10 @@ What it refuses, before any route is looked at:
   anything, and a page cannot be made to post to it;
 - a Host header that is not the address the server is bound to, `localhost` or a
   loopback address, with the server's port (421): a web page whose DNS name is
-  re-pointed at 127.0.0.1 (DNS rebinding) sends its own name as Host and is refused;
+  re-pointed at 127.0.0.1 (DNS rebinding) sends its own name as Host and is refused.
+  So is a request with no Host, with two, or whose target names another host
+  (`GET http://evil.example/`). Bound to every address (`0.0.0.0`, `::`), it also
+  answers to any IP address as Host: rebinding needs a DNS name, never an address;
 - a session id that is not one (`journal.validate_session_id`: blank, over 4 KiB):
   400. A valid id, whatever its characters (`../`, NUL, `/`), names a directory by
   its hash (`journal.inspect.session_path`), so it cannot name a path outside the
@@ -89,10 +92,14 @@ class ViewerServer(ThreadingHTTPServer):
         self.data = data
         self.verbose = verbose
         self.stopping = threading.Event()
+        if ":" in host:  # an IPv6 address (::1, ::)
+            self.address_family = socket.AF_INET6
         super().__init__((host, port), Handler)
         self.port: int = self.server_address[1]
+        # bound to every address, it answers to whichever one a client used
+        self.any_address = host in ("", "0.0.0.0", "::")
         names = {"localhost", "127.0.0.1", "[::1]"}
-        if host not in ("", "0.0.0.0", "::"):
+        if not self.any_address:
             names.add(f"[{host}]" if ":" in host else host)
         self.hosts = {f"{n}:{self.port}" for n in names}
         if self.port == 80:
@@ -100,29 +107,36 @@ class ViewerServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        host = self.server_address[0]
-        shown = "127.0.0.1" if host in ("", "0.0.0.0", "::") else str(host)
-        return f"http://{shown}:{self.port}/"
+        host = str(self.server_address[0])
+        shown = "127.0.0.1" if self.any_address else host
+        return f"http://[{shown}]:{self.port}/" if ":" in shown else f"http://{shown}:{self.port}/"
 
     def shutdown(self) -> None:
         self.stopping.set()  # live tails end
         super().shutdown()
 
 
-def local_host(value: str | None, allowed: set[str]) -> bool:
-    """Whether a Host header names this server by a local name."""
+def local_host(value: str | None, allowed: set[str], port: int, any_ip: bool = False) -> bool:
+    """Whether a Host header names this server by a local name: one of `allowed`,
+    or a loopback address (127.0.0.2, [::1]) with `port`; with `any_ip`, any IP
+    address with `port` (an address is never a rebound DNS name)."""
     if not value:
         return False
     value = value.strip().lower()
     if value in allowed:
         return True
-    host = value.rsplit(":", 1)[0] if not value.endswith("]") else value
-    try:  # any loopback literal (127.0.0.2, [::1]) at the right port
-        ip = ipaddress.ip_address(host.strip("[]"))
+    name, sep, given = value.rpartition(":")
+    if not sep or given != str(port):
+        return False
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    elif ":" in name:  # an IPv6 address without its brackets
+        return False
+    try:
+        ip = ipaddress.ip_address(name)
     except ValueError:
         return False
-    port = value.rsplit(":", 1)[1] if ":" in value and not value.endswith("]") else ""
-    return ip.is_loopback and any(h.endswith(f":{port}") for h in allowed)
+    return ip.is_loopback or any_ip
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -148,7 +162,15 @@ class Handler(BaseHTTPRequestHandler):
                 {"Allow": "GET, HEAD"},
             )
             return False
-        if not local_host(self.headers.get("Host"), self.server.hosts):
+        target = urlsplit(self.path) if not self.path.startswith("/") else None
+        hosts = self.headers.get_all("Host") or []
+        if (
+            len(hosts) != 1
+            or not local_host(
+                hosts[0], self.server.hosts, self.server.port, self.server.any_address
+            )
+            or (target is not None and target.netloc.lower() != hosts[0].strip().lower())
+        ):
             self.close_connection = True
             self._send_error(
                 421, f"this server answers only to a local Host name ({self.server.url})"
