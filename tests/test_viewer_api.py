@@ -545,6 +545,31 @@ def test_a_port_out_of_range_is_a_usage_error(built: Path, port: str) -> None:
     assert "is not a TCP port" in proc.stderr
 
 
+def test_a_long_chain_of_forks_is_drawn_in_part(tmp_path: Path) -> None:
+    """Forks of forks 520 deep: the nested tree would exceed Python's recursion
+    limit, in the JSON encoder and the page alike; a window of it is drawn."""
+    root = tmp_path / "chain"
+    store = journal.open(root, durability="os")
+    try:
+        store.save(journal.Checkpoint.empty("c0", owner_id="o"))
+        for i in range(1, 520):
+            store.fork_at(f"c{i - 1}", 0, f"c{i}")
+    finally:
+        store.close()
+    with serving(root) as s:
+        for at in ("c0", "c300", "c519"):
+            doc = api(s, f"/api/sessions/{at}/tree")
+            chain, n = [], doc["root"]
+            while True:
+                chain.append(n["session_id"])
+                if not n["children"]:
+                    break
+                n = n["children"][0]
+            assert at in chain and doc["truncated"] and doc["nodes"] == len(chain) <= 201
+            status, _, body = get(s, f"/s/{at}/tree")
+            assert status == 200 and b"sessions are drawn" in body, (at, status)
+
+
 def test_the_static_files_are_served(server: ViewerServer) -> None:
     for name, ctype in (("viewer.css", "text/css"), ("viewer.js", "text/javascript")):
         status, headers, body = get(server, f"/static/{name}")

@@ -37,6 +37,11 @@ from .convo import Message, conversation, decode_serialised
 SCAN_BUDGET = 10_000  # catalog rows or events one filtered answer looks at, at most
 MAX_LIMIT = 500  # the largest page any answer gives
 TREE_NODES = 1_000  # the largest fork tree drawn
+# Levels of a fork tree drawn above the session, and in all: the tree is nested
+# (JSON and HTML alike), and a chain of forks of forks deeper than a few hundred
+# would exceed Python's recursion limit in whatever builds or encodes it.
+TREE_UP = 100
+TREE_DEPTH = 200
 SDK_TYPES = ("agents.items", "agents.pop", "agents.clear")
 
 _builtins = msgspec.to_builtins
@@ -424,22 +429,31 @@ class Data:
     # ------------------------------------------------------------ tree, verify
     def tree(self, sid: str) -> dict[str, Any]:
         """The fork tree holding `sid` (as `journal tree SESSION --json`, one root),
-        at most `TREE_NODES` nodes; each node says where it was forked."""
+        at most `TREE_NODES` nodes, from at most `TREE_UP` levels above `sid` down to
+        `TREE_DEPTH` levels below that; each node says where it was forked.
+        `truncated` says that sessions were left out."""
         top = self.summary(sid)
         seen = {top.session_id}
+        cut = False
         while top.parent_session_id is not None:
             up = self.store.session_summary(top.parent_session_id)
             if up is None or up.session_id in seen:
+                break
+            if len(seen) > TREE_UP:
+                cut = True
                 break
             seen.add(up.session_id)
             top = up
         count = 0
 
-        def node(s: SessionSummary) -> dict[str, Any]:
-            nonlocal count
+        def node(s: SessionSummary, depth: int) -> dict[str, Any]:
+            nonlocal count, cut
             count += 1
             _, damage = self._view(s.session_id)
             kids = sorted(self.store.child_sessions(s.session_id), key=lambda k: k.session_id)
+            if kids and (depth >= TREE_DEPTH or count >= TREE_NODES):
+                cut = True
+                kids = []
             return {
                 "session_id": s.session_id,
                 "sequence": s.sequence,
@@ -447,10 +461,11 @@ class Data:
                 "damaged": damage is not None,
                 "updated_at": s.updated_at,
                 "first_user_message": s.first_user_message,
-                "children": [node(k) for k in kids if count < TREE_NODES],
+                "children": [node(k, depth + 1) for k in kids if count < TREE_NODES],
             }
 
-        return {"root": node(top), "nodes": count, "truncated": count >= TREE_NODES}
+        root = node(top, 0)
+        return {"root": root, "nodes": count, "truncated": cut or count >= TREE_NODES}
 
     def verify(self, sid: str) -> dict[str, Any]:
         """`journal verify SESSION --json`: every checksum, commit, index and snapshot

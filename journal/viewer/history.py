@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from .convo import conversation
-from .data import Data
+from .data import TREE_DEPTH, TREE_NODES, TREE_UP, Data
 from .html import (
     a,
     banner,
@@ -269,7 +269,11 @@ def tree_page(data: Data, sid: str) -> str:
         )
 
     note = (
-        banner("note", f"Only the first {num(doc['nodes'])} sessions are drawn.")
+        banner(
+            "note",
+            f"Only {num(doc['nodes'])} sessions are drawn: at most {num(TREE_NODES)},"
+            f" {num(TREE_UP)} levels above this one and {num(TREE_DEPTH)} in all.",
+        )
         if doc["truncated"]
         else ""
     )
