@@ -570,6 +570,27 @@ def test_a_long_chain_of_forks_is_drawn_in_part(tmp_path: Path) -> None:
             assert status == 200 and b"sessions are drawn" in body, (at, status)
 
 
+def test_every_response_carries_the_security_headers(server: ViewerServer) -> None:
+    """The library's own refusals (a request line too long, too many headers) and
+    the live stream too, not only the pages and the API."""
+    replies = [
+        _raw(server.port, b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n"),
+        _raw(server.port, b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 200 + b"\r\n"),
+    ]
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        host = f"127.0.0.1:{server.port}"
+        sock.sendall(f"GET /api/sessions/main/live HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += sock.recv(4096)
+    replies.append(head)
+    for reply in replies:
+        head = reply.split(b"\r\n\r\n")[0].decode()
+        assert "Content-Security-Policy: default-src 'none'" in head, head
+        assert head.count("X-Content-Type-Options: nosniff") == 1, head
+        assert "X-Frame-Options: DENY" in head, head
+
+
 def test_the_static_files_are_served(server: ViewerServer) -> None:
     for name, ctype in (("viewer.css", "text/css"), ("viewer.js", "text/javascript")):
         status, headers, body = get(server, f"/static/{name}")
