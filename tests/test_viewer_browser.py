@@ -386,3 +386,37 @@ def test_every_page_answers(browser: WebDriver, base: str) -> None:
             assert "damaged" in browser.find_element(By.TAG_NAME, "main").text.lower() or title
         else:
             assert "error" not in title.lower(), (path, title)
+
+
+def test_a_4_kib_id_keeps_the_list_readable(
+    tmp_path: Path, browser: WebDriver, shots: Path
+) -> None:
+    """A session id of 4 KiB (no break in it) is cut in its row: the other columns
+    stay in a laptop-wide window, and the rows stay one line high."""
+    import journal
+
+    root = tmp_path / "long-id"
+    store = journal.open(root, durability="os")
+    try:
+        for sid in ("x" * 4096, "short"):
+            cp = journal.Checkpoint.empty(sid, owner_id="o")
+            cp.first_user_message = f"the first message of {sid[:5]}"
+            store.save(cp)
+    finally:
+        store.close()
+    browser.set_window_size(1024, 768)
+    try:
+        with serving_process(root) as url:
+            load(browser, url)
+            shoot(browser, shots, "long-id-list")
+            width = browser.execute_script("return window.innerWidth")
+            for cell in browser.find_elements(By.CSS_SELECTOR, "table.list tbody td:last-child"):
+                box = cell.rect
+                assert box["x"] + 40 < width, f"the last column starts at {box['x']} of {width}"
+            rows = browser.find_elements(By.CSS_SELECTOR, "table.list tbody tr")
+            assert len(rows) == 2
+            assert max(r.rect["height"] for r in rows) < 3 * min(r.rect["height"] for r in rows)
+            link = browser.find_element(By.CSS_SELECTOR, "table.list a.sid[title^='xxxx']")
+            assert link.get_attribute("title") == "x" * 4096
+    finally:
+        browser.set_window_size(1366, 900)

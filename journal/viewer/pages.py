@@ -35,7 +35,7 @@ from .html import (
 
 
 def _sid_link(sid: str, cls: str = "sid") -> str:
-    return a(sid_path(sid), sid, cls)
+    return a(sid_path(sid), sid, cls, title=sid)  # the title: the whole of a long id
 
 
 def _clip(text: str, n: int = 160) -> str:
