@@ -591,6 +591,28 @@ def test_every_response_carries_the_security_headers(server: ViewerServer) -> No
         assert "X-Frame-Options: DENY" in head, head
 
 
+@pytest.mark.parametrize(
+    ("site", "mode", "status"),
+    [
+        ("cross-site", "no-cors", 403),  # <img src=...> on another site's page
+        ("cross-site", "cors", 403),  # fetch()
+        ("same-site", "no-cors", 403),  # a page on another port of this machine
+        ("cross-site", "navigate", 200),  # a link followed from elsewhere
+        ("same-origin", "cors", 200),  # the viewer's own script
+        ("none", "navigate", 200),  # a URL typed in
+    ],
+)
+def test_other_sites_pages_cannot_fetch(
+    server: ViewerServer, site: str, mode: str, status: int
+) -> None:
+    got, _, _ = get(
+        server,
+        "/s/main/verify?run=1",
+        headers={"Sec-Fetch-Site": site, "Sec-Fetch-Mode": mode},
+    )
+    assert got == status, (site, mode, got)
+
+
 def test_the_static_files_are_served(server: ViewerServer) -> None:
     for name, ctype in (("viewer.css", "text/css"), ("viewer.js", "text/javascript")):
         status, headers, body = get(server, f"/static/{name}")

@@ -10,6 +10,11 @@ What it refuses, before any route is looked at:
   So is a request with no Host, with two, or whose target names another host
   (`GET http://evil.example/`). Bound to every address (`0.0.0.0`, `::`), it also
   answers to any IP address as Host: rebinding needs a DNS name, never an address;
+- a request another site's page makes without navigating to the viewer (an
+  `<img>`, a script, a fetch: `Sec-Fetch-Site` cross-site or same-site, another
+  port's page included, and `Sec-Fetch-Mode` not "navigate") (403): such a page
+  cannot read the answer, but it could start a verify or time a page. A link
+  followed from elsewhere is a navigation and is served;
 - a session id that is not one (`journal.validate_session_id`: blank, over 4 KiB):
   400. A valid id, whatever its characters (`../`, NUL, `/`), names a directory by
   its hash (`journal.inspect.session_path`), so it cannot name a path outside the
@@ -183,6 +188,11 @@ class Handler(BaseHTTPRequestHandler):
             self._send_error(
                 421, f"this server answers only to a local Host name ({self.server.url})"
             )
+            return False
+        site = (self.headers.get("Sec-Fetch-Site") or "").lower()
+        if site in ("cross-site", "same-site") and self.headers.get("Sec-Fetch-Mode") != "navigate":
+            self.close_connection = True
+            self._send_error(403, "another site's page cannot fetch from this viewer")
             return False
         return True
 
