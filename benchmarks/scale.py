@@ -396,8 +396,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         scale.section("4. Writes at this size", scale.writes)
         scale.section("5. Tools", scale.tools)
         scale.section("6. Memory", scale.rss)
-    finally:
+    except BaseException:
         work.cleanup()
+        raise
     total = time.perf_counter() - started
     print(f"\ntotal {total:.0f} s")
     if args.json:
@@ -417,6 +418,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.json.write_text(json.dumps(dump, indent=2, default=str) + "\n")
     if args.markdown:
         args.markdown.write_text(markdown_table(scale.sections) + "\n")
+    progress("removing the stores (a store of many sessions takes a while)")
+    work.cleanup()
     return 0
 
 
