@@ -294,7 +294,15 @@ class Catalog:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-        fsio.rename(tmp, self.base_path)
+        with self._lock:
+            # Two rewrites can overlap (the background job's and a caller's): the one
+            # that began later covers more, so the other does not rename over it.
+            if self.base_meta.covered >= covered:
+                written.close()
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                return
+            fsio.rename(tmp, self.base_path)
         written.path = self.base_path
         with self._lock:
             opened = self._check_base(written)
