@@ -21,6 +21,7 @@ from .errors import (
 )
 from .protocol import CheckpointStore, SyncCheckpointStore
 from .reader import SessionReader
+from .retention import PruneReport, RetentionPolicy
 from .store import Durability, Store
 from .types import (
     CHECKPOINT_VERSION,
@@ -85,6 +86,7 @@ def open(
     create: bool = True,
     read_only: bool = False,
     dictionary: bool = True,
+    retention: RetentionPolicy | None = None,
 ) -> Store:
     """Open (creating if needed) the store at `root`.
 
@@ -106,6 +108,7 @@ def open(
         create=create,
         read_only=read_only,
         dictionary=dictionary,
+        retention=retention,
     )
 
 
@@ -133,7 +136,9 @@ __all__ = [
     "LockTimeoutError",
     "MessageTarget",
     "NotFoundError",
+    "PruneReport",
     "QueuedMessage",
+    "RetentionPolicy",
     "SessionContext",
     "SessionCursor",
     "SessionPage",

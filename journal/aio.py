@@ -8,12 +8,14 @@ started: the worker thread finishes the commit (it is never left half-done).
 from __future__ import annotations
 
 import asyncio
+import datetime
 import functools
 import os
 from collections.abc import Sequence
 from typing import Any
 
 from .reader import SessionReader
+from .retention import PruneReport, RetentionPolicy
 from .store import Durability, Store
 from .types import (
     Checkpoint,
@@ -48,6 +50,24 @@ class AsyncStore:
 
     async def delete_sessions(self, session_ids: Sequence[str]) -> bool:
         return await asyncio.to_thread(self.sync.delete_sessions, list(session_ids))
+
+    async def prune(
+        self,
+        *,
+        older_than: float | datetime.timedelta | None = None,
+        keep_last: int | None = None,
+        owner_id: str | None = None,
+        dry_run: bool = True,
+    ) -> PruneReport:
+        return await asyncio.to_thread(
+            functools.partial(
+                self.sync.prune,
+                older_than=older_than,
+                keep_last=keep_last,
+                owner_id=owner_id,
+                dry_run=dry_run,
+            )
+        )
 
     async def save(
         self,
@@ -204,6 +224,7 @@ async def open_async(
     create: bool = True,
     read_only: bool = False,
     dictionary: bool = True,
+    retention: RetentionPolicy | None = None,
 ) -> AsyncStore:
     """Open a store for asyncio use (the opening itself also runs off the loop);
     the options are `journal.open`'s."""
@@ -220,6 +241,7 @@ async def open_async(
             create=create,
             read_only=read_only,
             dictionary=dictionary,
+            retention=retention,
         )
     )
     return AsyncStore(store)

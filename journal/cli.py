@@ -22,7 +22,16 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from . import InvalidInputError, JournalError, __version__, cli_damage, cli_log, cli_maint, cli_read
+from . import (
+    InvalidInputError,
+    JournalError,
+    __version__,
+    cli_damage,
+    cli_gc,
+    cli_log,
+    cli_maint,
+    cli_read,
+)
 from .cli_common import (
     DEFAULT_ROOT,
     EXIT_FINDINGS,
@@ -120,6 +129,7 @@ def build_parser(command: str | None = None) -> Parser:
     cli_log.add_parsers(add)
     cli_maint.add_parsers(add)
     cli_damage.add_parsers(add)
+    cli_gc.add_parsers(add)
     viewer_command.add_parsers(add)
     return parser
 

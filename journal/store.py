@@ -15,13 +15,13 @@ session id to its directory, and translates failures into `JournalError`s
     jobs.JobRunner        background work (warming, dictionaries, spares)
     catalog.Catalog       the session listing (opened on first use); tree.Tree: fork
                           and delete locking
-
-Fork and delete are here: they hold several of those parts together.
+    treeops.TreeOps       fork and delete, which hold several of those parts together
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -29,14 +29,12 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from . import fsio, listing, storecreate, upkeep, validate
+from . import listing, manifest, upkeep, validate
 from .cache import ReadCache
 from .calls import coerce, guarded, page_request, save_parts
 from .catalog import Catalog
 from .errors import (
-    ContractViolationError,
     CorruptionError,
-    FormatVersionError,
     InvalidInputError,
     JournalError,
     NotFoundError,
@@ -44,13 +42,14 @@ from .errors import (
 )
 from .index import KIND_EXECUTIONS
 from .jobs import JobRunner
-from .layout import LOCK_FILE, MANIFEST_FILE, TMP_DIR, dir_name, session_path
-from .locks import FileLock
-from .metafile import KIND_MANIFEST, read_meta
+from .layout import TMP_DIR, dir_name, session_path
 from .opened import OpenSessions
 from .publish import Publisher
 from .reader import SessionReader, open_reader, read_session
 from .registry import ProcessRegistry
+from .retention import PruneReport, RetentionPolicy, check_policy
+from .retention import apply as apply_retention
+from .retentionjob import RetentionJob
 from .rootcheck import RootGuard
 from .session import Session
 from .sessiondir import SessionIdentity, identity_key
@@ -58,7 +57,8 @@ from .sessionjobs import SessionJobs
 from .sessionstate import SessionGone, SessionOptions
 from .spares import SparePool
 from .state import StateStore
-from .tree import DeleteIntent, Tree
+from .tree import Tree
+from .treeops import TreeOps
 from .types import (
     Checkpoint,
     Event,
@@ -76,16 +76,9 @@ from .types import (
     TranscriptPageRequest,
 )
 
-STORE_FORMAT = 1
-
 Durability = Literal["fsync", "os"]
 
 T = TypeVar("T")
-
-
-class Manifest(msgspec.Struct):
-    format: int = STORE_FORMAT
-    created_at: int = 0
 
 
 class _MetadataOnly(msgspec.Struct):
@@ -113,6 +106,7 @@ class Store:
         create: bool = True,
         read_only: bool = False,
         dictionary: bool = True,
+        retention: RetentionPolicy | None = None,
     ):
         if durability not in ("fsync", "os"):
             raise InvalidInputError(f"durability must be 'fsync' or 'os', not {durability!r}")
@@ -138,7 +132,16 @@ class Store:
             dictionary=dictionary and not read_only,
         )
         self.max_open_sessions = max_open_sessions
-        self.guard = self._open_root(create)
+        info = manifest.open_manifest(self.root, create=create)
+        if retention is not None:
+            check_policy(retention)
+            if read_only:
+                raise InvalidInputError("retention: a read-only store records no policy")
+            info = manifest.record_retention(self.root, retention if retention.active else None)
+        # The policy recorded in the manifest (None: none), which the background
+        # job of a writable store applies (`RetentionJob`).
+        self.retention: RetentionPolicy | None = info.retention
+        self.guard = RootGuard(self.root)
         self.state = StateStore(self.root, durable=self.options.durable, guard=self.guard)
         self.tree = Tree(self.root, lock_timeout)
         self.registry = ProcessRegistry(self.root)
@@ -167,28 +170,11 @@ class Store:
             read_only=read_only,
         )
         self.publisher = Publisher(self.root, self.options, self.spares, self.guard)
+        self.trees = TreeOps(self)
         self.upkeep.recover_at_open()
-
-    # ----------------------------------------------------------------- layout
-    def _open_root(self, create: bool) -> RootGuard:
-        """Check (or create) the store's manifest; the guard of the root it opened."""
-        manifest = os.path.join(self.root, MANIFEST_FILE)
-        try:
-            raw = read_meta(manifest, KIND_MANIFEST)
-        except FileNotFoundError:
-            if not create:
-                raise NotFoundError(f"no journal store at {self.root}") from None
-            payload = msgspec.msgpack.encode(Manifest(STORE_FORMAT, int(time.time())))
-            storecreate.create_or_finish(self.root, MANIFEST_FILE, payload)
-            return RootGuard(self.root)
-        info = msgspec.msgpack.decode(raw, type=Manifest)
-        if info.format != STORE_FORMAT:
-            raise FormatVersionError(
-                f"store {self.root} has format {info.format}; this version reads {STORE_FORMAT}"
-            )
-        guard = RootGuard(self.root)
-        storecreate.ensure_dirs(self.root)
-        return guard
+        self.retention_job: RetentionJob | None = None
+        if self.retention is not None and not read_only:
+            self.retention_job = RetentionJob(self, self.retention)
 
     @property
     def catalog(self) -> Catalog:
@@ -563,78 +549,7 @@ class Store:
     ) -> SessionSummary:
         """Create a clean child session at an exact durable parent sequence."""
         self._writable("fork")
-        validate.validate_session_id(parent_session_id, "fork parent session id")
-        validate.validate_sequence(parent_sequence, "fork parent sequence")
-        cp: Checkpoint = coerce(checkpoint, Checkpoint, "checkpoint")
-        validate.validate_session_id(cp.session_id)
-        validate.validate_fork_child(parent_session_id, cp)
-        # The rest of the child's validation (validate_checkpoint: its version, its
-        # types and integer ranges, the JSON walk of its metadata and context) runs
-        # below, while the child's syncs do: nothing is visible before it passes, and
-        # a child that fails it is removed unpublished.
-        now = int(time.time())
-        ident = SessionIdentity(cp.session_id, parent_session_id, parent_sequence, now)
-
-        # The child's whole log, built from the arguments alone: no Session object is
-        # opened for it (its first open reads this one commit, as after any fork).
-        def encode() -> tuple[bytes, bytes]:
-            try:
-                return Session.fork_commit(cp, now, self.options.max_record_bytes)
-            except Exception:
-                validate.validate_checkpoint(cp)  # a value the encoder refuses: say which
-                raise
-
-        # The child is written, and its syncs started, before the tree lock is taken:
-        # it depends on nothing but the arguments, and its syncs then run while the
-        # parent is checked. It stays private (in tmp/) until published below, and is
-        # removed, having changed nothing, when a check fails.
-        with self.publisher.stage_fork(ident, encode) as staged:
-            end, header = staged.result
-            # While the syncs run: the child's validation, and its catalog entry.
-            validate.validate_checkpoint(cp)
-            summary = upkeep.fork_summary(ident, header, cp.first_user_message)
-
-            def announce(_: tuple[int, bytes]) -> None:
-                self.upkeep.catalog_publish(cp.session_id, summary, end, cp.sequence, None)
-
-            with self.tree.locked():
-                parent = self._fork_parent(parent_session_id, parent_sequence, cp.session_id)
-                # The child must not outlive its fork point: make the parent's commits
-                # written so far durable (a save on it may still be syncing them, here
-                # or in another process; its older segments were synced when sealed)
-                # before the child is published. The parent's directory entry becomes
-                # durable with the child's: both are in sessions/, synced last. Skipped
-                # when this process synced them already (its own durable saves, or the
-                # sync of an earlier fork at the same parent position).
-                parent_covered = parent.head.covered
-                parent_sync: fsio.Syncing | None = None
-                if parent.log.durable_to < parent_covered:
-                    parent_sync = fsio.start_sync([parent.log.segments[-1].path], [], [])
-                self.registry.note(os.path.basename(staged.path))
-                if not staged.publish(announce, wait_for=parent_sync):
-                    # another process created it since the check in `_fork_parent`
-                    raise ContractViolationError(f"session {cp.session_id!r} already exists")
-                if parent_sync is not None:
-                    parent.log.note_durable(parent_covered)
-                self.session_jobs.warm_soon(cp.session_id)
-                return summary
-
-    def _fork_parent(self, parent_id: str, parent_sequence: int, child_id: str) -> Session:
-        """The fork's parent, checked (tree lock held): it exists and has reached the
-        fork point, and the child does not exist yet."""
-        parent = self.open_sessions.get(parent_id)
-        if parent is not None:
-            parent.refresh()
-        if parent is None or not parent.exists:
-            raise NotFoundError(f"fork parent does not exist: {parent_id!r}")
-        if parent_sequence > parent.head.sequence:
-            raise ContractViolationError(
-                f"fork point is newer than the parent checkpoint ({parent_sequence} >"
-                f" {parent.head.sequence}, parent {parent_id!r})"
-            )
-        if self.open_sessions.get(child_id) is not None:
-            raise ContractViolationError(f"session {child_id!r} already exists")
-        return parent
+        return self.trees.fork(parent_session_id, parent_sequence, checkpoint)
 
     @guarded
     def fork_at(
@@ -651,20 +566,10 @@ class Store:
         (context, first user message, model route, session context without its
         origin label, metadata unless given) so the caller need not reassemble it.
         """
-        validate.validate_session_id(child_session_id)
-        source = self.checkpoint_at(parent_session_id, parent_sequence)
-        if source is None:
-            raise NotFoundError(
-                f"session {parent_session_id!r} has no checkpoint at sequence {parent_sequence}"
-            )
-        child = Checkpoint.empty(child_session_id, owner_id=source.session_context.owner_id)
-        child.session_context = msgspec.structs.replace(source.session_context, origin_label=None)
-        child.context = source.context
-        child.first_user_message = source.first_user_message
-        child.model_route = source.model_route
-        child.context_model_route = source.context_model_route
-        child.metadata = dict(source.metadata if metadata is None else metadata)
-        return self.fork(parent_session_id, parent_sequence, child)
+        self._writable("fork")
+        return self.trees.fork_at(
+            parent_session_id, parent_sequence, child_session_id, metadata=metadata
+        )
 
     @guarded
     def delete_sessions(self, session_ids: Sequence[str]) -> bool:
@@ -673,97 +578,39 @@ class Store:
         Returns False, deleting nothing, when any selected session is absent.
         """
         self._writable("delete_sessions")
-        ids = list(session_ids)
-        for sid in ids:
-            validate.validate_session_id(sid)
-        if not ids:
-            return True
-        with self.tree.locked():
-            # Best effort: a delete left unfinished by a failure is finished here when
-            # it can be; its sessions count as absent either way.
-            with contextlib.suppress(JournalError, OSError):
-                self.upkeep.finish_orphaned_deletes()
-            self.upkeep.reconcile_dead(force=True)
-            self.catalog.refresh()
-            if not all(self._present(sid) for sid in ids):
-                return False
-            closure = self._subtree(ids)
-            # Every session of the subtree is locked, in directory order.
-            dirs = sorted(
-                (self.session_dir(sid), sid)
-                for sid in closure
-                if os.path.isdir(self.session_dir(sid))
-            )
-            with contextlib.ExitStack() as held:
-                for path, sid in dirs:
-                    self._hold_for_delete(held, path, sid)
-                self._commit_delete(closure, [os.path.basename(path) for path, _ in dirs])
-            self.open_sessions.drop(closure, deleted=True)
-            self.tree.empty_trash_soon()
-            return True
+        return self.trees.delete_sessions(session_ids)
 
-    def _present(self, session_id: str) -> bool:
-        """Whether a session to delete is there (a damaged one is: deleting is how to
-        get rid of it)."""
-        try:
-            sess = self.open_sessions.get(session_id)
-            if sess is not None:
-                sess.refresh()
-            return sess is not None and sess.exists
-        except CorruptionError:
-            return os.path.isdir(self.session_dir(session_id))
+    @guarded
+    def prune(
+        self,
+        *,
+        older_than: float | datetime.timedelta | None = None,
+        keep_last: int | None = None,
+        owner_id: str | None = None,
+        dry_run: bool = True,
+    ) -> PruneReport:
+        """Delete whole sessions by last update (`dry_run`, the default: only report).
 
-    def _subtree(self, ids: list[str]) -> list[str]:
-        """These sessions and all their descendants, breadth first (tree lock held)."""
-        catalog = self.catalog
-        unlisted: dict[str, list[str]] = {}
-        self.upkeep.add_unlisted_children(unlisted)
-        closure: list[str] = []
-        queue = list(dict.fromkeys(ids))
-        seen = set(queue)
-        while queue:
-            sid = queue.pop(0)
-            closure.append(sid)
-            for child in sorted(catalog.child_ids(sid)) + unlisted.get(sid, []):
-                if child not in seen:
-                    seen.add(child)
-                    queue.append(child)
-        return closure
-
-    def _hold_for_delete(self, held: contextlib.ExitStack, path: str, session_id: str) -> None:
-        """Take a session's write locks until `held` closes. One open here is locked
-        through its Session (its thread lock, then its file lock); the others only
-        through their lock files: opening each descendant (indexes, snapshot, a scan)
-        just to delete it would cost most of the delete."""
-        sess = self.open_sessions.cached(session_id)  # pinned: nobody closes it under us
-        if sess is not None and sess.still_published():
-            held.enter_context(sess.held_for_delete(self.options.lock_timeout))
-            return
-        lock = FileLock(os.path.join(path, LOCK_FILE), f"session {session_id!r}")
-        held.callback(lock.close)
-        lock.acquire(self.options.lock_timeout)
-        held.callback(lock.release)
-
-    def _commit_delete(self, closure: list[str], dir_names: list[str]) -> None:
-        """Make the delete of these sessions durable and carry it out (their locks held)."""
-        for sid in closure:
-            self.registry.note(dir_name(sid))
-        intent = DeleteIntent(closure, dir_names, self.state.scopes_present(closure))
-        # The commit point: once the intent is durable the sessions are gone for every
-        # reader, and the delete is reported done. A failure after it (moving the
-        # directories to the trash, a sync, retiring the intent) leaves the intent,
-        # which any later call of any process finishes (its owner lock is free once
-        # `owner` is closed). See docs/durability.md, "What an error means".
-        intent_path, owner = self.tree.write_intent(intent)
-        try:
-            self.tree.carry_out(
-                intent_path, intent, before_retiring=lambda: self.upkeep.catalog_forget(closure)
-            )
-        except (JournalError, OSError):
-            pass  # finished later (see above); the delete is made
-        finally:
-            owner.close()
-        self.state.forget_scopes(intent.state_dirs)
+        Lets go of the sessions last updated more than `older_than` (seconds or a
+        `timedelta`) ago that are not among the `keep_last` most recently updated,
+        counting only `owner_id`'s sessions when given; at least one of the two is
+        required. Fork-aware: a session is deleted only with its whole subtree, so
+        one with a descendant that is kept is kept too (the report's
+        `kept_for_descendants`). Each tree is one atomic, crash-safe
+        `delete_sessions` commit, made only if the tree is still as planned (a
+        session updated or forked from meanwhile is left: `changed`).
+        """
+        if not dry_run:
+            self._writable("prune")
+        seconds = (
+            older_than.total_seconds()
+            if isinstance(older_than, datetime.timedelta)
+            else older_than
+        )
+        policy = check_policy(
+            RetentionPolicy(older_than=seconds, keep_last=keep_last, owner_id=owner_id)
+        )
+        return apply_retention(self, policy, dry_run=dry_run)
 
     # ------------------------------------------------------------------ reader
     @guarded
@@ -823,6 +670,8 @@ class Store:
         self.upkeep.announce_again()  # what still fails is left to the next open (below)
         self.open_sessions.close()  # those a call still uses are closed when it ends
         behind = bool(self.upkeep.unannounced())
+        if self.retention_job is not None:
+            self.retention_job.close()
         self.spares.close()
         self.jobs.close()  # after the pool's: a refill running now removes what it built
         self.upkeep.close_catalog()

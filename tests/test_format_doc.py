@@ -18,6 +18,7 @@ from journal import (
     dictionary,
     index,
     log,
+    manifest,
     metafile,
     payloads,
     record,
@@ -84,7 +85,7 @@ CODE_CONSTANTS = {
     "meta.kind.catalog_snapshot": metafile.KIND_CATALOG_SNAPSHOT,
     "log.kind.session": log.KIND_SESSION,
     "log.kind.catalog": log.KIND_CATALOG,
-    "store.format": store.STORE_FORMAT,
+    "store.format": manifest.STORE_FORMAT,
     "catalog_base.magic": catalogbase.BASE_MAGIC.hex(),
     "catalog_base.version": catalogbase.BASE_VERSION,
     "catalog_base.header_size": catalogbase.HEADER.size,
@@ -370,3 +371,13 @@ def test_directory_names_follow_section_1_for_random_ids() -> None:
         slug = re.sub(r"[^a-z0-9_-]+", "_", ident.lower())[:24].strip("_")
         tag = digest.lower()[:26]
         assert dir_name(ident) == (f"{slug}-{tag}" if slug else tag), ident
+
+
+def test_the_manifest_fields_are_the_documented_ones() -> None:
+    line = next(x for x in DOC.splitlines() if x.startswith("- manifest (map):"))
+    documented = re.findall(r"`(\w+)`", line.split(";")[0])
+    assert documented == list(manifest.Manifest.__struct_fields__)
+    policy = re.search(r"retention\s+policy \(map\): (.*?)\.", DOC, re.S)
+    assert policy, "FORMAT.md does not describe the retention policy map"
+    fields = re.findall(r"`(\w+)`", policy.group(1))
+    assert fields == list(manifest.RetentionPolicy.__struct_fields__)
