@@ -24,6 +24,12 @@ Representation (see docs/openai-agents.md):
 - `clear_session()` saves a checkpoint with the event `{"type": "agents.clear"}`:
   items before it are no longer part of the conversation (the bytes are kept, and
   `journal ls` shows the clear; `delete()` erases the session and its branches).
+- Compaction (the SDK's `OpenAIResponsesCompactionSession` over a
+  `JournalSession`): a suffix replacement is ONE event `{"type":
+  "agents.replace", "drop": [target, ...], "items": [...]}` appended as a
+  compare-and-append (only if the session's newest items are still the
+  snapshot's); a whole-history replacement is one checkpoint save with a clear
+  and the new items. Either way one commit: the old items or the new, never a mix.
 - `branch()` is a journal `fork`: the child starts with no items of its own and
   reads its ancestors' items up to the branch point (recorded in the child's
   checkpoint metadata), so a branch costs the same at any history length.
@@ -41,6 +47,7 @@ SDK is needed only to run agents: this package imports without it.
 Modules, each with one concern:
 
 - `session`: `JournalSession`, the SDK protocol and the operations on a session;
+- `compaction`: the compaction session's snapshot and its one-record suffix replacement;
 - `records`: the events and metadata written, item positions, strict decoding;
 - `scan`: reading live items from the log newest first, across a branch chain;
 - `cache`: the process's item caches and their budget;
@@ -55,8 +62,18 @@ from __future__ import annotations
 from .cache import CACHE_BUDGET as CACHE_BUDGET
 from .cache import drop_caches, set_cache_budget
 from .paging import ItemPage
-from .records import CLEAR, ITEMS, POP
+from .records import CLEAR, ITEMS, POP, REPLACE
 from .records import META_KEY as META_KEY
-from .session import JournalSession
+from .session import JournalSession, SessionClosedError
 
-__all__ = ["CLEAR", "ITEMS", "POP", "ItemPage", "JournalSession", "drop_caches", "set_cache_budget"]
+__all__ = [
+    "CLEAR",
+    "ITEMS",
+    "POP",
+    "REPLACE",
+    "ItemPage",
+    "JournalSession",
+    "SessionClosedError",
+    "drop_caches",
+    "set_cache_budget",
+]

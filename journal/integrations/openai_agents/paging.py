@@ -25,12 +25,14 @@ from .cache import Cache
 from .records import (
     CLEAR,
     POP,
+    REPLACE,
     Key,
     Segment,
     chain_of,
     decode_all,
     is_count,
     older,
+    replaced_of,
     sort_key,
     target_of,
 )
@@ -194,6 +196,9 @@ class Pager:
                         t = target_of(sid, latest, jev.event.msg, 0, sid)
                         if older(t, start):
                             pending.add(t)
+                    elif kind == REPLACE:
+                        _, drops = replaced_of(sid, latest, jev.event.msg, 0, sid)
+                        pending.update(t for t in drops if older(t, start))
                     elif kind == CLEAR:
                         return ItemPage()
                 if len(new) < 1024:

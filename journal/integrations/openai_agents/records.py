@@ -1,7 +1,10 @@
 """The records a `JournalSession` writes, item positions, and strict decoding.
 
 An `add_items` call is one event `{"type": ITEMS, "items": [...]}`, a pop one
-`{"type": POP, "target": [depth, sequence, index]}`, a clear one `{"type": CLEAR}`.
+`{"type": POP, "target": [depth, sequence, index]}`, a clear one `{"type": CLEAR}`,
+a compaction's suffix replacement one `{"type": REPLACE, "drop": [[depth,
+sequence, index], ...], "items": [...]}` (the dropped items go as if popped, in
+the order listed, then the items are added, in one record).
 A branch lists its ancestors in its checkpoint metadata under `META_KEY`. A
 record of ours that does not decode raises `CorruptionError` naming the session
 and the event: nothing is skipped.
@@ -23,6 +26,9 @@ POP = "agents.pop"
 """Event type of one `pop_item`: `{"type": POP, "target": [depth, sequence, index]}`."""
 CLEAR = "agents.clear"
 """Event type of one `clear_session`: `{"type": CLEAR}`."""
+REPLACE = "agents.replace"
+"""Event type of one compaction replacement: `{"type": REPLACE, "drop": [target, ...],
+"items": [...]}`; each target is a pop's, `items` (possibly empty) an add's."""
 
 META_KEY = "journal.openai_agents"
 """Checkpoint metadata key: `{"v": 1, "chain": [[session_id, seq, index, events], ...]}`."""
@@ -94,6 +100,27 @@ def target_of(session_id: str, seq: int, msg: dict[str, Any], depth: int, readin
     if not (isinstance(t, list) and len(t) == 3 and all(is_count(v) for v in t)):
         raise damaged(session_id, seq, f"bad pop target {t!r}", reading_for)
     return (depth + t[0], t[1], t[2])
+
+
+def replaced_of(
+    session_id: str, seq: int, msg: dict[str, Any], depth: int, reading_for: str
+) -> tuple[list[Any], list[Key]]:
+    """The items and the dropped positions of a REPLACE event at `depth` of the chain."""
+    items = msg.get("items")
+    drop = msg.get("drop")
+    if not isinstance(items, list) or not isinstance(drop, list):
+        raise damaged(session_id, seq, "no item or drop list", reading_for)
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise damaged(session_id, seq, f"item {index} is not a JSON object", reading_for)
+    keys: list[Key] = []
+    for t in drop:
+        if not (isinstance(t, list) and len(t) == 3 and all(is_count(v) for v in t)):
+            raise damaged(session_id, seq, f"bad drop target {t!r}", reading_for)
+        if t[0] == 0 and t[1] >= seq:
+            raise damaged(session_id, seq, f"drop target {t!r} is not older", reading_for)
+        keys.append((depth + t[0], t[1], t[2]))
+    return items, keys
 
 
 def damaged(session_id: str, seq: int, what: str, reading_for: str) -> CorruptionError:

@@ -2,8 +2,8 @@
 
 A scan pages the event journal newest first (`Store.event_page`), so reading the
 newest items or a page deep in a long history costs what the answer costs, not
-what the history costs. Tombstones remove the items they name from what the
-scan yields below them; a clear ends it.
+what the history costs. Tombstones (pops, and the drops of a replacement)
+remove the items they name from what the scan yields below them; a clear ends it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,18 @@ from typing import Any
 
 from journal import EventPageRequest, Store
 
-from .records import CLEAR, ITEMS, POP, Key, Segment, all_dicts, items_of, target_of
+from .records import (
+    CLEAR,
+    ITEMS,
+    POP,
+    REPLACE,
+    Key,
+    Segment,
+    all_dicts,
+    items_of,
+    replaced_of,
+    target_of,
+)
 
 PAGE_EVENTS = 128
 """Most events a scan asks the store for at once. A decoded event is about ten
@@ -133,21 +144,28 @@ class LogScanner:
                 seq = jev.sequence
                 msg = jev.event.msg
                 kind = msg.get("type")
-                if kind == ITEMS:
-                    items = msg.get("items")
-                    if type(items) is not list or not items or not all_dicts(items):
-                        items = items_of(sid, seq, msg, self.session_id)  # the precise error
+                drops: list[Key] = []
+                if kind in (ITEMS, REPLACE):
+                    if kind == ITEMS:
+                        items = msg.get("items")
+                        if type(items) is not list or not items or not all_dicts(items):
+                            items = items_of(sid, seq, msg, self.session_id)  # the precise error
+                    else:
+                        items, drops = replaced_of(sid, seq, msg, depth, self.session_id)
                     pages.events += 1
                     pages.items += len(items)
                     top = len(items) - 1
                     if seq == edge:
                         top = min(top, edge_top)
-                    if bound is not None:
-                        if seq > bound:
-                            continue
-                        if seq == bound:
-                            top = min(top, seg.item_index)
-                    yield depth, seq, items, top
+                    if bound is not None and seq >= bound:
+                        top = -1 if seq > bound else min(top, seg.item_index)
+                    if top >= 0:
+                        yield depth, seq, items, top
+                    # A replacement's drops are older than its items: they apply below them.
+                    for target in drops:
+                        pending.add(target)
+                        if on_tomb is not None:
+                            on_tomb(depth, seq, target)
                 elif kind == POP:
                     target = target_of(sid, seq, msg, depth, self.session_id)
                     pending.add(target)

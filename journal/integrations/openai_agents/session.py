@@ -20,6 +20,7 @@ from journal import (
     ContractViolationError,
     Event,
     InvalidInputError,
+    JournalError,
     NotFoundError,
     Store,
     TimestampedEvent,
@@ -28,18 +29,31 @@ from journal import (
 
 from .branch import fork_branch
 from .cache import Cache
+from .compaction import SuffixReplacer
 from .locks import DirLock, session_lock
 from .paging import ItemPage, Pager, session_tag
-from .records import CLEAR, ITEMS, POP, decode_all, encode, first_user_text, now_ms
+from .records import (
+    CLEAR,
+    ITEMS,
+    POP,
+    decode_all,
+    encode,
+    first_user_text,
+    now_ms,
+)
 from .scan import LogScanner
 from .sync import CacheSync, Ident
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
-    from agents.memory.session import Session
+    from agents.memory.session import Session, _CompactionSnapshot
     from agents.memory.session_settings import SessionSettings
 
 _T = TypeVar("_T")
+
+
+class SessionClosedError(JournalError, RuntimeError):
+    """A call on a closed `JournalSession` (a `RuntimeError`, as `SQLiteSession` raises)."""
 
 
 class JournalSession:
@@ -62,16 +76,14 @@ class JournalSession:
         session_id: str,
         store: Store | str | os.PathLike[str],
         *,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
         owner_id: str = "local",
         cache_bytes: int = 16 << 20,
         **store_options: Any,
     ):
         validate_session_id(session_id)  # any non-blank string of at most 4 KiB
         self.session_id = session_id
-        if session_settings is None:
-            session_settings = _default_settings()
-        self.session_settings = session_settings
+        self.session_settings = _settings(session_settings)
         if isinstance(store, Store):
             if store_options:
                 raise InvalidInputError("store options need a path, not an open store")
@@ -92,6 +104,7 @@ class JournalSession:
         self._tag = session_tag(session_id)  # in cursors
         self._pager = Pager(self._cache, self._tag)
         self._dir = self.store.session_dir(session_id)
+        self._replacer = SuffixReplacer(self.store, session_id, self._cache, self._scanner)
 
     @property
     def cache_bytes(self) -> int:
@@ -109,8 +122,11 @@ class JournalSession:
         A limit of 0 or below returns no items.
         """
         resolved = limit
-        if resolved is None and self.session_settings is not None:
-            resolved = self.session_settings.limit
+        settings = self.session_settings
+        if resolved is None and settings is not None:
+            if isinstance(settings, dict):  # set to a dict after construction
+                settings = _settings(settings)
+            resolved = settings.limit if settings is not None else None
         if resolved is not None and resolved <= 0:
             self._check_open()
             return []
@@ -137,6 +153,48 @@ class JournalSession:
     async def clear_session(self) -> None:
         """Remove every item from the conversation (see `delete` to erase the bytes)."""
         await self._run(self._clear)
+
+    # ------------------------------------------------- SDK compaction hooks
+    # `OpenAIResponsesCompactionSession` looks these up on the session it wraps.
+    # Like the SDK's own stores, a subclass gets the SDK's non-atomic fallbacks
+    # unless it supplies its own (it may transform items on their way in or out).
+    async def _get_compaction_snapshot(
+        self,
+        limit: int,
+        *,
+        prune_prefix: Callable[[TResponseInputItem], bool] | None = None,
+    ) -> _CompactionSnapshot | None:
+        """The newest `limit` items and a `replace_suffix(start, output)` that replaces
+        the items from `start` on with `output` as ONE conditional commit (False, with
+        nothing written, when the newest items changed since this snapshot)."""
+        if type(self) is not JournalSession:
+            return None
+        from agents.memory.session import _CompactionSnapshot
+
+        win = await self._run(lambda: self._replacer.window(limit))
+
+        async def replace_suffix(start: int, output: list[TResponseInputItem]) -> bool:
+            return await self._run(
+                lambda: self._replacer.replace_suffix(win, start, output, prune_prefix)
+            )
+
+        return _CompactionSnapshot(list(win.items), win.complete, replace_suffix)
+
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """Replace every item with `items` as ONE commit (a clear and an add in one
+        checkpoint save): after a crash the session holds the old items or the new."""
+        if type(self) is not JournalSession:
+            return False
+        self._check_open()
+        batch = list(items)
+        for i, item in enumerate(batch):
+            if not isinstance(item, dict):
+                raise InvalidInputError(
+                    f"session {self.session_id!r}: item {i} is a {type(item).__name__},"
+                    " not a JSON object"
+                )
+        await self._run(lambda: self._replace_all(batch))
+        return True
 
     # ------------------------------------------------------------------ extras
     async def get_items_page(self, limit: int, before: str | None = None) -> ItemPage:
@@ -192,7 +250,7 @@ class JournalSession:
     # --------------------------------------------------------------- internals
     def _check_open(self) -> None:
         if self._closed:
-            raise InvalidInputError(f"JournalSession {self.session_id!r} is closed")
+            raise SessionClosedError(f"JournalSession {self.session_id!r} is closed")
 
     async def _run(self, fn: Callable[[], _T]) -> _T:
         self._check_open()
@@ -305,6 +363,26 @@ class JournalSession:
             if self._cache.current is c and jev.sequence == c.latest + 1:
                 self._cache.apply(c, jev.sequence, msg)
 
+    def _replace_all(self, batch: list[Any]) -> None:
+        # One checkpoint save with two events: the clear, then the new items.
+        with DirLock(self._dir, self.store.options.lock_timeout) as exists:
+            cp = self.store.load(self.session_id) if exists else None
+            if cp is not None:
+                now = now_ms()
+                msgs: list[dict[str, Any]] = [{"type": CLEAR}]
+                if batch:
+                    msgs.append({"type": ITEMS, "items": batch})
+                evs = [TimestampedEvent(recorded_at_ms=now, event=Event(msg=m)) for m in msgs]
+                c = self._cache.sync()
+                nxt = msgspec.structs.replace(cp, sequence=cp.sequence + 1)
+                jevs = self.store.save_with_events(nxt, (), None, evs)
+                if self._cache.current is c and jevs[0].sequence == c.latest + 1:
+                    for jev, msg in zip(jevs, msgs, strict=True):
+                        self._cache.apply(c, jev.sequence, msg)
+                return
+        if batch:  # no session yet: the items are its first
+            self._add(batch)
+
     def _latest(self, limit: int | None) -> list[Any]:
         need = (1 << 62) if limit is None else limit
         cs = self._cache
@@ -343,14 +421,24 @@ class JournalSession:
         )
 
 
-def _default_settings() -> SessionSettings | None:
-    """The SDK's default settings object (None without the SDK: this module reads and
-    writes sessions without it, e.g. to page a conversation in a web server)."""
+def _settings(given: SessionSettings | dict[str, Any] | None) -> SessionSettings | None:
+    """`session_settings` as `SQLiteSession` takes it: None gives the SDK's defaults, a
+    dict becomes a `SessionSettings` (an unknown key raises the SDK's `TypeError`, a
+    bad value its `ValueError`). Without the SDK (this module reads and writes sessions
+    without it, e.g. to page a conversation in a web server) None stays None and a
+    dict is refused."""
     try:
-        from agents.memory.session_settings import SessionSettings
+        from agents.memory.session_settings import SessionSettings, coerce_session_settings
     except ImportError:  # pragma: no cover - the tests run with the SDK
-        return None
-    return SessionSettings()
+        if isinstance(given, dict):
+            raise InvalidInputError(
+                "session_settings as a dict needs the OpenAI Agents SDK"
+                " (pip install 'journal[openai-agents]')"
+            ) from None
+        return given
+    if given is None:
+        return SessionSettings()
+    return coerce_session_settings(given)
 
 
 if TYPE_CHECKING:

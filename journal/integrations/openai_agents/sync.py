@@ -21,6 +21,7 @@ from .records import (
     CLEAR,
     ITEMS,
     POP,
+    REPLACE,
     Key,
     Segment,
     chain_of,
@@ -28,6 +29,7 @@ from .records import (
     encode,
     items_of,
     older,
+    replaced_of,
     sort_key,
     target_of,
 )
@@ -112,24 +114,15 @@ class CacheSync:
             for index, item in enumerate(items_of(sid, seq, msg, sid)):
                 c.push((0, seq, index), encode(item), self.cache_bytes)
         elif kind == POP:
-            key = target_of(sid, seq, msg, 0, sid)
-            c.tombs.append((0, seq, key))
-            keys = c.keys
-            # A pop names the newest item (checked first), else a search finds it.
-            if keys and keys[-1] == key:
-                pos = len(keys) - 1
-            else:
-                pos = bisect.bisect_left(keys, sort_key(key), key=sort_key)
-            if pos < len(keys) and keys[pos] == key:
-                c.nbytes -= len(c.vals[pos])
-                del keys[pos], c.vals[pos]
-            elif c.complete:
-                return False  # names no item we hold: let a scan decide
-            elif c.extendable:
-                if not older(key, c.boundary):
-                    return False
-            elif c.keys and not older(key, c.keys[0]):
+            if not _remove(c, seq, target_of(sid, seq, msg, 0, sid)):
                 return False
+        elif kind == REPLACE:
+            items, drops = replaced_of(sid, seq, msg, 0, sid)
+            for key in drops:
+                if not _remove(c, seq, key):
+                    return False
+            for index, item in enumerate(items):
+                c.push((0, seq, index), encode(item), self.cache_bytes)
         elif kind == CLEAR:
             c.keys, c.vals, c.nbytes, c.complete = [], [], 0, True
         c.latest = seq
@@ -204,6 +197,29 @@ class CacheSync:
         if not c.keys:
             return None
         return c.keys[-1], decode(c.vals[-1])
+
+
+def _remove(c: Cache, seq: int, key: Key) -> bool:
+    """Apply the tombstone at `seq` naming `key` (a pop's, or a replacement's drop);
+    False when the cache cannot tell what it removes (the caller rebuilds)."""
+    c.tombs.append((0, seq, key))
+    keys = c.keys
+    # A pop names the newest item (checked first), else a search finds it.
+    if keys and keys[-1] == key:
+        pos = len(keys) - 1
+    else:
+        pos = bisect.bisect_left(keys, sort_key(key), key=sort_key)
+    if pos < len(keys) and keys[pos] == key:
+        c.nbytes -= len(c.vals[pos])
+        del keys[pos], c.vals[pos]
+    elif c.complete:
+        return False  # names no item we hold: let a scan decide
+    elif c.extendable:
+        if not older(key, c.boundary):
+            return False
+    elif c.keys and not older(key, c.keys[0]):
+        return False
+    return True
 
 
 @dataclass
