@@ -25,6 +25,7 @@ from . import (
     Store,
     TranscriptPageRequest,
 )
+from . import inspect as tools
 from .cli_common import (
     EXIT_FINDINGS,
     EXIT_INTERRUPTED,
@@ -57,15 +58,10 @@ Add = Callable[
 
 
 # ------------------------------------------------------------------------- ls
-def cursor_text(c: SessionCursor) -> str:
-    return f"{c.updated_at}:{c.sequence}:{c.session_id}"
-
-
 def parse_cursor(text: str) -> SessionCursor:
-    parts = text.split(":", 2)
     try:
-        return SessionCursor(updated_at=int(parts[0]), sequence=int(parts[1]), session_id=parts[2])
-    except (ValueError, IndexError):
+        return tools.parse_cursor(text)
+    except InvalidInputError:
         raise UsageError(
             f"--before {text!r} is not a cursor printed by `journal ls`"
             " (UPDATED_AT:SEQUENCE:SESSION_ID)"
@@ -90,7 +86,7 @@ def cmd_ls(args: argparse.Namespace, out: Output) -> int:
                 out, s.session_id, partial(session_view, store, s.session_id), (JournalError,)
             )
             rows.append((s, view, store.session_dir(s.session_id)))
-    more = cursor_text(cursor) if cursor is not None else None
+    more = tools.cursor_text(cursor) if cursor is not None else None
     if out.json:
         docs = []
         for s, view, directory in rows:

@@ -5,7 +5,8 @@ The command line imports only `journal` and this module; everything here is mean
 to stay. It offers:
 
 - views of a store (`session_view`, `listed_sessions`, `children_of`,
-  `state_items`, `live_holder`, `is_store`) and `refresh_catalog`, which re-derives
+  `state_items`, `live_holder`, `is_store`), catalog cursors as text
+  (`cursor_text`, `parse_cursor`) and `refresh_catalog`, which re-derives
   catalog entries after a tool changed a session's log behind the store's back;
 - the log itself (`replay`, `describe`, `session_stats`, `dir_sizes`). These read
   the log directly (no lock, no caches), so they work on a copied directory, on a
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from . import payloads
-from .errors import SessionBusyError
+from .errors import InvalidInputError, SessionBusyError
 from .layout import LOCK_FILE, PROCS_DIR, dir_name, is_store, session_path
 from .locks import FileLock
 from .record import (
@@ -44,7 +45,7 @@ from .record import (
 from .scan import ScanState
 from .sessiondir import open_log
 from .store import Store
-from .types import SessionSummary
+from .types import SessionCursor, SessionSummary
 
 if TYPE_CHECKING:
     from .bundle import DamagedSessionsError, export_sessions, import_bundle
@@ -229,6 +230,22 @@ class SessionView(msgspec.Struct, frozen=True):
     events: int  # the latest event sequence
     transcript_batches: int
     executions: int
+
+
+def cursor_text(c: SessionCursor) -> str:
+    """A catalog cursor as `journal ls` prints it: UPDATED_AT:SEQUENCE:SESSION_ID."""
+    return f"{c.updated_at}:{c.sequence}:{c.session_id}"
+
+
+def parse_cursor(text: str) -> SessionCursor:
+    """The cursor `cursor_text` printed; `InvalidInputError` for any other text."""
+    parts = text.split(":", 2)
+    try:
+        return SessionCursor(updated_at=int(parts[0]), sequence=int(parts[1]), session_id=parts[2])
+    except (ValueError, IndexError):
+        raise InvalidInputError(
+            f"{text!r} is not a session cursor (UPDATED_AT:SEQUENCE:SESSION_ID)"
+        ) from None
 
 
 def session_view(store: Store, session_id: str) -> SessionView | None:

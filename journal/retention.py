@@ -11,11 +11,12 @@ and the report names it. Kept rather than made self-contained, because a fork's
 parent deleted under a kept child would leave that reference dangling, and
 `delete_sessions`' contract deletes descendants with their parent.
 
-`apply` deletes each planned tree with one `delete_sessions` commit (the same
-intent, locking and crash recovery), after checking under the tree lock that the
-tree is still what was planned: a session updated or forked from since the plan
-is left for the next run, never deleted on stale information. So a prune is all
-or nothing per tree, and a crash leaves every tree either whole or deleted.
+`apply` deletes the planned trees a batch at a time (whole trees, about `BATCH`
+sessions per commit: one delete intent, the locking and crash recovery of
+`delete_sessions`), after checking each tree under the tree lock against the
+plan: a session updated or forked from since the plan is left for the next run,
+never deleted on stale information. So a prune is all or nothing per tree (and
+per batch), and a crash leaves every tree either whole or deleted.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from .store import Store
 
 PAGE = 1000  # catalog rows per page while planning
+BATCH = 256  # sessions deleted per commit (whole trees: a tree is never split)
 DEFAULT_INTERVAL = 3600.0  # seconds between runs of the background job
 
 
@@ -217,29 +219,48 @@ def apply(
     report = PruneReport(
         dry_run=dry_run, scanned=p.scanned, kept_for_descendants=p.kept_for_descendants
     )
+    batch: list[list[str]] = []
     for tree in p.trees:
         if stop is not None and stop():
             break  # the store is closing: the rest waits for the next run
-        size = sum(allocated_bytes(store.session_dir(sid)) for sid in tree)
         if dry_run:
             report.deleted.extend(tree)
             report.trees += 1
-            report.bytes_freed += size
+            report.bytes_freed += _tree_bytes(store, tree)
             continue
+        batch.append(tree)
+        if sum(map(len, batch)) >= BATCH:
+            _delete_batch(store, p, batch, report)
+            batch = []
+    if batch:
+        _delete_batch(store, p, batch, report)
+    return report
 
-        def unchanged(closure: list[str], planned: list[str] = tree) -> bool:
-            if sorted(closure) != sorted(planned):
+
+def _tree_bytes(store: Store, tree: list[str]) -> int:
+    return sum(allocated_bytes(store.session_dir(sid)) for sid in tree)
+
+
+def _delete_batch(store: Store, p: Plan, batch: list[list[str]], report: PruneReport) -> None:
+    """Delete these trees in one commit, each only if it is still as planned."""
+    planned = {tree[0]: tree for tree in batch}
+    sizes = {root: _tree_bytes(store, tree) for root, tree in planned.items()}
+
+    def unchanged(closure: list[str]) -> bool:
+        tree = planned.get(closure[0])
+        if tree is None or sorted(closure) != sorted(tree):
+            return False
+        for sid in closure:
+            s = store.session_summary(sid)
+            if s is None or (s.updated_at, s.sequence) != p.seen.get(sid):
                 return False
-            for sid in closure:
-                s = store.session_summary(sid)
-                if s is None or (s.updated_at, s.sequence) != p.seen.get(sid):
-                    return False
-            return True
+        return True
 
-        if store.trees.delete_sessions([tree[0]], check=unchanged):
+    deleted = set(store.trees.delete_trees(list(planned), unchanged))
+    for root, tree in planned.items():
+        if root in deleted:
             report.deleted.extend(tree)
             report.trees += 1
-            report.bytes_freed += size
-        elif store.session_summary(tree[0]) is not None:
-            report.changed.append(tree[0])
-    return report
+            report.bytes_freed += sizes[root]
+        elif store.session_summary(root) is not None:
+            report.changed.append(root)

@@ -143,12 +143,7 @@ class TreeOps:
         child.metadata = dict(source.metadata if metadata is None else metadata)
         return self.fork(parent_session_id, parent_sequence, child)
 
-    def delete_sessions(
-        self,
-        session_ids: Sequence[str],
-        *,
-        check: Callable[[list[str]], bool] | None = None,
-    ) -> bool:
+    def delete_sessions(self, session_ids: Sequence[str]) -> bool:
         """Atomically delete sessions, all their descendants and their session-scoped state.
 
         Returns False, deleting nothing, when any selected session is absent.
@@ -159,30 +154,56 @@ class TreeOps:
         if not ids:
             return True
         with self.store.tree.locked():
-            # Best effort: a delete left unfinished by a failure is finished here when
-            # it can be; its sessions count as absent either way.
-            with contextlib.suppress(JournalError, OSError):
-                self.store.upkeep.finish_orphaned_deletes()
-            self.store.upkeep.reconcile_dead(force=True)
-            self.store.catalog.refresh()
+            self._settle()
             if not all(self._present(sid) for sid in ids):
                 return False
-            closure = self._subtree(ids)
-            if check is not None and not check(closure):
-                return False  # the caller's condition on the whole subtree (retention)
-            # Every session of the subtree is locked, in directory order.
-            dirs = sorted(
-                (self.store.session_dir(sid), sid)
-                for sid in closure
-                if os.path.isdir(self.store.session_dir(sid))
-            )
-            with contextlib.ExitStack() as held:
-                for path, sid in dirs:
-                    self._hold_for_delete(held, path, sid)
-                self._commit_delete(closure, [os.path.basename(path) for path, _ in dirs])
-            self.store.open_sessions.drop(closure, deleted=True)
-            self.store.tree.empty_trash_soon()
+            self._delete_locked(self._subtree(ids))
             return True
+
+    def delete_trees(self, roots: Sequence[str], accept: Callable[[list[str]], bool]) -> list[str]:
+        """Delete in ONE commit the subtree of each root that `accept(subtree)`
+        accepts (asked under the tree lock, so the subtree it sees is the one
+        deleted); the roots deleted. Absent roots are skipped."""
+        with self.store.tree.locked():
+            self._settle()
+            chosen: list[str] = []
+            closure: list[str] = []
+            taken: set[str] = set()
+            for root in roots:
+                if root in taken or not self._present(root):
+                    continue
+                subtree = self._subtree([root])
+                if taken.isdisjoint(subtree) and accept(subtree):
+                    chosen.append(root)
+                    closure += subtree
+                    taken.update(subtree)
+            if closure:
+                self._delete_locked(closure)
+            return chosen
+
+    def _settle(self) -> None:
+        """Bring the tree up to date before a delete is planned (tree lock held)."""
+        # Best effort: a delete left unfinished by a failure is finished here when
+        # it can be; its sessions count as absent either way.
+        with contextlib.suppress(JournalError, OSError):
+            self.store.upkeep.finish_orphaned_deletes()
+        self.store.upkeep.reconcile_dead(force=True)
+        self.store.catalog.refresh()
+
+    def _delete_locked(self, closure: list[str]) -> None:
+        """Delete these sessions (a whole subtree or several), tree lock held."""
+        # Every session of the subtree is locked, in directory order.
+        dirs = sorted(
+            (self.store.session_dir(sid), sid)
+            for sid in closure
+            if os.path.isdir(self.store.session_dir(sid))
+        )
+        with contextlib.ExitStack() as held:
+            for path, sid in dirs:
+                self._hold_for_delete(held, path, sid)
+            self._commit_delete(closure, [os.path.basename(path) for path, _ in dirs])
+        self.store.open_sessions.drop(closure, deleted=True)
+        self.store.tree.empty_trash_soon()
 
     def _present(self, session_id: str) -> bool:
         """Whether a session to delete is there (a damaged one is: deleting is how to

@@ -47,21 +47,6 @@ SDK_TYPES = ("agents.items", "agents.pop", "agents.clear")
 _builtins = msgspec.to_builtins
 
 
-def cursor_text(c: SessionCursor) -> str:
-    """A catalog cursor as `journal ls` prints it: UPDATED_AT:SEQUENCE:SESSION_ID."""
-    return f"{c.updated_at}:{c.sequence}:{c.session_id}"
-
-
-def parse_cursor(text: str) -> SessionCursor:
-    parts = text.split(":", 2)
-    try:
-        return SessionCursor(updated_at=int(parts[0]), sequence=int(parts[1]), session_id=parts[2])
-    except (ValueError, IndexError):
-        raise journal.InvalidInputError(
-            f"{text!r} is not a session cursor (UPDATED_AT:SEQUENCE:SESSION_ID)"
-        ) from None
-
-
 def error_doc(exc: BaseException) -> dict[str, Any]:
     """An error as the command line prints it under --json (without the exit code)."""
     return {
@@ -137,7 +122,7 @@ class Data:
         `SCAN_BUDGET` catalog rows are looked at: `scanned` says how many, and
         `next_before` goes on from there."""
         limit = max(1, min(limit, MAX_LIMIT))
-        cursor = parse_cursor(before) if before else None
+        cursor = tools.parse_cursor(before) if before else None
         if cursor is None and until is not None:
             cursor = SessionCursor(updated_at=until, sequence=0, session_id="")
         needle = q.casefold() if q else None
@@ -181,7 +166,7 @@ class Data:
     ) -> dict[str, Any]:
         return {
             "sessions": [self._row(s) for s in found],
-            "next_before": cursor_text(more) if more is not None else None,
+            "next_before": tools.cursor_text(more) if more is not None else None,
             "scanned": scanned,
         }
 
