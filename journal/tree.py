@@ -171,7 +171,7 @@ class Tree:
             parent = os.path.join(self.root, sub)
             for name in names:
                 src = os.path.join(parent, name)
-                if os.path.isdir(src):
+                if fsio.is_dir(src):
                     fsio.rename(src, os.path.join(self.trash, f"{tag}-{sub}-{name}"))
                     if parent not in touched:
                         touched.append(parent)

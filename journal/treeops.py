@@ -196,7 +196,7 @@ class TreeOps:
         dirs = sorted(
             (self.store.session_dir(sid), sid)
             for sid in closure
-            if os.path.isdir(self.store.session_dir(sid))
+            if fsio.is_dir(self.store.session_dir(sid))
         )
         with contextlib.ExitStack() as held:
             for path, sid in dirs:
@@ -214,7 +214,7 @@ class TreeOps:
                 sess.refresh()
             return sess is not None and sess.exists
         except CorruptionError:
-            return os.path.isdir(self.store.session_dir(session_id))
+            return fsio.is_dir(self.store.session_dir(session_id))
 
     def _subtree(self, ids: list[str]) -> list[str]:
         """These sessions and all their descendants, breadth first (tree lock held)."""
