@@ -227,6 +227,9 @@ def test_uri_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for bad in ("journal://", "sqlite:///x.db", "journal:///x?size=3"):
         with pytest.raises(journal.InvalidInputError):
             root_of(bad)
+    with pytest.raises(journal.InvalidInputError):
+        from_uri(f"journal://{tmp_path / 'never'}?durability=weird")
+    assert not (tmp_path / "never").exists()  # refused before a store is made
 
 
 @pytest.mark.asyncio

@@ -33,6 +33,7 @@ from typing_extensions import override
 from journal import (
     Checkpoint,
     ContractViolationError,
+    Durability,
     InvalidInputError,
     NotFoundError,
     SessionPageRequest,
@@ -66,7 +67,7 @@ class JournalSessionService(BaseSessionService):
         self,
         root: str | os.PathLike[str] | Store,
         *,
-        durability: str = "fsync",
+        durability: Durability = "fsync",
         **store_options: Any,
     ) -> None:
         if isinstance(root, Store):
@@ -75,11 +76,7 @@ class JournalSessionService(BaseSessionService):
             self.store = root
             self._owns_store = False
         else:
-            if durability not in ("fsync", "os"):
-                raise InvalidInputError(f"durability must be 'fsync' or 'os', not {durability!r}")
-            self.store = Store(
-                root, durability="os" if durability == "os" else "fsync", **store_options
-            )
+            self.store = Store(root, durability=durability, **store_options)
             self._owns_store = True
         self._closed = False
 
@@ -238,12 +235,15 @@ class JournalSessionService(BaseSessionService):
         if cp is None:
             return None
         meta = meta_of(cp.metadata, key)
-        events = read_events(
-            self.store,
-            sources(key, cp.sequence, meta["chain"]),
-            None if config is None else config.num_recent_events,
-            None if config is None else config.after_timestamp,
-        )
+        try:
+            events = read_events(
+                self.store,
+                sources(key, cp.sequence, meta["chain"]),
+                None if config is None else config.num_recent_events,
+                None if config is None else config.after_timestamp,
+            )
+        except NotFoundError:
+            return None  # deleted since its checkpoint was read
         session = Session(
             app_name=app_name,
             user_id=user_id,

@@ -48,7 +48,12 @@ def from_uri(uri: str, **kwargs: Any) -> JournalSessionService:
     root, options = root_of(uri)
     if kwargs:
         raise InvalidInputError(f"{uri!r}: unsupported session service arguments {sorted(kwargs)}")
-    return JournalSessionService(root, durability=options.get("durability", "fsync"))
+    durability = options.get("durability", "fsync")
+    if durability == "fsync":
+        return JournalSessionService(root)
+    if durability == "os":
+        return JournalSessionService(root, durability="os")
+    raise InvalidInputError(f"{uri!r}: durability must be fsync or os, not {durability!r}")
 
 
 def register(scheme: str = SCHEME) -> None:
