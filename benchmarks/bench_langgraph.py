@@ -2,6 +2,7 @@
 
     python benchmarks/bench_langgraph.py [--quick] [--steps N] [--json]
                                          [--graph-durability async|sync|exit]
+    python benchmarks/bench_langgraph.py --delta [--steps N] [--reps R]
 
 The graph is a tool-using agent loop (scripted fake model -> ToolNode -> model
 -> ...) whose `messages` list grows by one message per step; one `invoke` runs
@@ -19,6 +20,14 @@ journal "os" vs SQLite synchronous=NORMAL; both WAL):
 
 Ratios are SQLite / journal: > 1 means the journal saver is better. Needs
 `langgraph-checkpoint-sqlite`; without it the script says so and exits 0.
+
+`--delta` measures `get_delta_channel_history` instead: a graph whose message
+list is a `DeltaChannel` (no snapshot within the run, so the walk goes back to
+the thread's start) runs N steps (default 200); then, cold (a new saver and
+store, or connection, each time), the journal saver's override, the inherited
+walk on the journal saver (`BaseCheckpointSaver.get_delta_channel_history`,
+one `get_tuple` per ancestor) and SqliteSaver (which inherits it) answer for
+the newest checkpoint, taking turns, R rounds (default 11): median, min, max.
 """
 
 from __future__ import annotations
@@ -39,6 +48,8 @@ from typing import Annotated, Any
 try:
     from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
     from langchain_core.tools import tool
+    from langgraph.channels.delta import DeltaChannel
+    from langgraph.checkpoint.base import BaseCheckpointSaver
     from langgraph.graph import END, START, StateGraph
     from langgraph.graph.message import add_messages
     from langgraph.prebuilt import ToolNode
@@ -183,6 +194,93 @@ def measure_lists(runs: list[dict[str, Any]], reps: int) -> None:
         del r["factory"], r["deep"]
 
 
+def append_messages(state: list[Any], writes: Any) -> list[Any]:
+    """The `DeltaChannel` reducer of the delta benchmark: append each write's messages."""
+    out = list(state)
+    for w in writes:
+        out.extend(w if isinstance(w, list) else [w])
+    return out
+
+
+class DeltaState(TypedDict):
+    messages: Annotated[list[AnyMessage], DeltaChannel(append_messages, snapshot_frequency=10_000)]
+    steps: int
+
+
+def build_delta(limit: int) -> StateGraph[DeltaState]:
+    def step(state: DeltaState) -> dict[str, Any]:
+        n = state.get("steps", 0) + 1
+        return {"messages": [AIMessage(content=f"{n}: {FILLER}")], "steps": n}
+
+    def route(state: DeltaState) -> str:
+        return END if state["steps"] >= limit else "step"
+
+    g = StateGraph(DeltaState)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", route, ["step", END])
+    return g
+
+
+def bench_delta(steps: int, reps: int) -> None:
+    """Cold `get_delta_channel_history` of the newest checkpoint of an N-step thread."""
+    paths: dict[str, str] = {}
+    factories: dict[str, Callable[[str, bool], tuple[Any, Callable[[], None]]]] = {
+        "journal": make_journal
+    }
+    if SqliteSaver is not None:
+        factories["sqlite"] = make_sqlite
+    cfg: Any = {"configurable": {"thread_id": "delta"}, "recursion_limit": steps + 10}
+    for name, factory in factories.items():
+        paths[name] = tempfile.mkdtemp(prefix=f"bench-lg-delta-{name}-")
+        saver, close = factory(paths[name], True)
+        graph = build_delta(steps).compile(checkpointer=saver)
+        graph.invoke({"messages": [HumanMessage(content="start")], "steps": 0}, cfg)
+        close()
+    ways: dict[str, tuple[str, Callable[[Any, Any], Any]]] = {
+        "journal override": (
+            "journal",
+            lambda s, c: s.get_delta_channel_history(config=c, channels=["messages"]),
+        ),
+        "journal inherited": (
+            "journal",
+            lambda s, c: BaseCheckpointSaver.get_delta_channel_history(
+                s, config=c, channels=["messages"]
+            ),
+        ),
+    }
+    if "sqlite" in paths:
+        ways["SqliteSaver (inherited)"] = (
+            "sqlite",
+            lambda s, c: s.get_delta_channel_history(config=c, channels=["messages"]),
+        )
+    times: dict[str, list[float]] = {w: [] for w in ways}
+    answers: dict[str, int] = {}
+    for _ in range(reps):
+        for way, (name, call) in ways.items():
+            saver, close = factories[name](paths[name], True)
+            t = time.perf_counter()
+            got = call(saver, {"configurable": {"thread_id": "delta"}})
+            times[way].append(time.perf_counter() - t)
+            answers[way] = len(got["messages"]["writes"])
+            close()
+    for p in paths.values():
+        shutil.rmtree(p, ignore_errors=True)
+    print(
+        f"get_delta_channel_history, newest checkpoint of a {steps}-step thread,"
+        f" cold, {reps} rounds"
+    )
+    print(f"{'':26} {'median':>9} {'min':>9} {'max':>9} {'writes':>7}")
+    for way, ts in times.items():
+        ms = sorted(x * 1e3 for x in ts)
+        print(
+            f"{way:26} {statistics.median(ms):>7.2f}ms {ms[0]:>7.2f}ms {ms[-1]:>7.2f}ms"
+            f" {answers[way]:>7}"
+        )
+    base = statistics.median(times["journal inherited"])
+    print(f"inherited / override: {base / statistics.median(times['journal override']):.1f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="300 steps instead of 1000")
@@ -194,7 +292,12 @@ def main() -> None:
         default="async",
         help="LangGraph's durability for invoke (default: async, LangGraph's default)",
     )
+    ap.add_argument("--delta", action="store_true", help="get_delta_channel_history, cold")
+    ap.add_argument("--reps", type=int, default=11)
     args = ap.parse_args()
+    if args.delta:
+        bench_delta(args.steps or 200, args.reps)
+        return
     global GRAPH_DURABILITY
     GRAPH_DURABILITY = args.graph_durability
     if SqliteSaver is None:

@@ -16,6 +16,7 @@ from langgraph.checkpoint.base import CheckpointMetadata, get_serializable_check
 
 from journal import CHECKPOINT_VERSION, Checkpoint, SessionContext
 
+from .copymark import COPY_OF
 from .events import checkpoint_msg
 from .naming import ORIGIN_LABEL
 from .serde import ItemCodec
@@ -92,14 +93,20 @@ def journal_checkpoint(
     )
 
 
-def placeholder(sid: str, thread_id: str, ns: str, owner_id: str) -> Checkpoint:
-    """The empty sequence-0 checkpoint a thread namespace's session starts with."""
+def placeholder(
+    sid: str, thread_id: str, ns: str, owner_id: str, *, copy_of: str | None = None
+) -> Checkpoint:
+    """The empty sequence-0 checkpoint a thread namespace's session starts with
+    (`copy_of`: the source thread, for the root of a copy: `copymark`)."""
     cp = Checkpoint(
         version=CHECKPOINT_VERSION,
         session_id=sid,
         session_context=SessionContext(owner_id=owner_id, origin_label=ORIGIN_LABEL),
     )
-    cp.metadata = {"langgraph": {"thread_id": thread_id, "checkpoint_ns": ns}}
+    lg: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
+    if copy_of is not None:
+        lg[COPY_OF] = copy_of
+    cp.metadata = {"langgraph": lg}
     return cp
 
 

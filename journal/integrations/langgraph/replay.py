@@ -1,34 +1,75 @@
-"""Replaying one session's LangGraph commits into another (`copy_thread`)."""
+"""Replaying one session's LangGraph commits into another (`copy_thread`), and the
+seal that finishes a copy (`copymark`)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from journal import (
+    ContractViolationError,
     CorruptionError,
     Event,
     EventPageRequest,
     JournalEvent,
+    NotFoundError,
     Store,
     TimestampedEvent,
 )
 
-from . import fingerprint
-from .events import EV_CHECKPOINT, EV_DELETE, EV_WRITES, nonce
+from . import fingerprint, puts
+from .copymark import COPY_FLAG, SEAL_REASON
+from .events import EV_CHECKPOINT, EV_DELETE, EV_WRITES, delete_msg, nonce
 from .threads import PAGE
+
+
+def copy_sessions(
+    store: Store, pairs: list[tuple[str, str, str]], thread_id: str, source: str, owner_id: str
+) -> None:
+    """Copy the sessions of a thread, `(source session, target session, namespace)`
+    with the root first, into the new thread `thread_id`, atomically (`copymark`):
+    the target root's placeholder names `source`, the root's events are flagged,
+    each namespace is a fork of the target root, and the seal comes last."""
+    root = pairs[0][1]
+    # Refused (nothing written) if the target appeared meanwhile.
+    store.save(puts.placeholder(root, thread_id, "", owner_id, copy_of=source))
+    ident = store.incarnation(root)
+    sealer: Replay | None = None
+    for sid, target, ns in pairs:
+        if ns:  # a fork of the target root, as the saver makes a namespace's session
+            head = store.session_summary(root)
+            if head is None:
+                raise NotFoundError(f"copy_thread: target root {root!r} vanished")
+            store.fork(root, head.sequence, puts.placeholder(target, thread_id, ns, owner_id))
+        replay = Replay(store, sid, target, thread_id, flag=not ns)
+        replay.run()
+        if not ns:
+            sealer = replay
+    if sealer is None:
+        raise NotFoundError(f"copy_thread: the source of {thread_id!r} has no root")
+    if store.incarnation(root) != ident:
+        raise ContractViolationError(
+            f"copy_thread: target thread {thread_id!r} was deleted while it was copied"
+        )
+    sealer.seal()
 
 
 class Replay:
     """Copies the saver's events of session `source` into session `target` (of the
     thread `thread_id`), in order: each put with its checkpoint, each with a new
     nonce and the target's own `fp` chain (the source's describes the source's
-    log). The target exists (its sequence-0 checkpoint at least)."""
+    log). The target exists (its sequence-0 checkpoint at least). `flag`: mark
+    each copied event as written by an unfinished copy (`copymark`; the target
+    root's events)."""
 
-    def __init__(self, store: Store, source: str, target: str, thread_id: str) -> None:
+    def __init__(
+        self, store: Store, source: str, target: str, thread_id: str, *, flag: bool = False
+    ) -> None:
         self.store = store
         self.source = source
         self.target = target
         self.thread_id = thread_id
+        self.flag = flag
         head = store.load(target)
         self.next_seq = (head.sequence if head is not None else 0) + 1
         top = store.event_page(target, EventPageRequest(limit=1))
@@ -52,6 +93,9 @@ class Replay:
         if kind not in (EV_CHECKPOINT, EV_WRITES, EV_DELETE):
             return
         msg["n"] = nonce()
+        msg.pop(COPY_FLAG, None)  # the source's own copy flags say nothing of this copy
+        if self.flag:
+            msg[COPY_FLAG] = 1
         cid = msg.get("id") if kind != EV_DELETE else None
         msg["fp"] = fingerprint.for_new(
             self.high_fp,
@@ -85,3 +129,14 @@ class Replay:
         done = self.store.save_with_events(cp, events=[stamped])[0]
         self.next_seq += 1
         return done
+
+    def seal(self) -> None:
+        """Append the seal (`copymark`): a delete that hides nothing, unflagged,
+        only if the target's newest event is still the last one copied (else
+        `ContractViolationError`, and the copy stays unfinished)."""
+        fp = fingerprint.for_new(self.high_fp, self.high, EV_DELETE, None, self.copied.get)
+        msg = delete_msg([], SEAL_REASON, fp)
+        done = self.store.append_event(
+            self.target, int(time.time() * 1000), Event(msg=msg), expected_latest=self.high
+        )
+        self.high, self.high_fp = done.sequence, fingerprint.of(done)

@@ -17,7 +17,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,7 @@ from langgraph.checkpoint.base import (
     ChannelVersions,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
     get_checkpoint_id,
 )
 from langgraph.checkpoint.base import Checkpoint as LGCheckpoint
@@ -43,15 +44,16 @@ from journal import (
     TimestampedEvent,
 )
 
-from . import naming, puts
+from . import copymark, naming, puts
 from .aio import ThreadedAsync
 from .events import EV_CHECKPOINT, EV_DELETE, EV_WRITES, delete_msg, writes_msg
 from .fastpath import FastPath, NoFastPath
+from .history import delta_history
 from .index import Index, Put
 from .naming import Target
 from .puts import PutCall
 from .reads import SessionReads
-from .replay import Replay
+from .replay import copy_sessions
 from .serde import ItemCodec
 from .threads import ThreadIndexes
 from .tuples import Tuples
@@ -149,10 +151,16 @@ class JournalSaver(ThreadedAsync):
         return naming.thread_sessions(self.store, self.session_prefix, thread_id)
 
     def _ensure_session(self, sid: str, thread_id: str, ns: str) -> None:
-        """Create the session (and its thread's root) with an empty sequence-0 checkpoint."""
+        """Create the session (and its thread's root) with an empty sequence-0
+        checkpoint. What an unfinished copy left of the thread (absent for
+        readers: `copymark`) is deleted first: the thread starts afresh."""
+        root = self.session_id(thread_id)
+        if copymark.unfinished(self._reads, root):
+            with self._slock(root):
+                if copymark.unfinished(self._reads, root):
+                    self._discard_unfinished(thread_id)
         if self.store.session_summary(sid) is not None:
             return
-        root = self.session_id(thread_id)
         if ns:
             with self._slock(root):
                 self._ensure_session(root, thread_id, "")
@@ -421,6 +429,21 @@ class JournalSaver(ThreadedAsync):
                 break
         return found
 
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Each channel's writes along the parent chain and its seed (`history`):
+        the inherited answer, from the index in one pass."""
+        if not channels:
+            return {}
+        thread_id, ns = naming.target(config)
+        sid = self.session_id(thread_id, ns)
+        with self._slock(sid), self._reads.reading(sid):
+            idx = self._threads.index(sid, thread_id, ns)
+            return delta_history(
+                self._threads, self._tuples, self._codec, idx, get_checkpoint_id(config), channels
+            )
+
     # ------------------------------------------------------------- deletes
     def delete_thread(self, thread_id: str) -> None:
         """Delete a thread (every namespace, checkpoint and write): one atomic journal delete."""
@@ -476,20 +499,44 @@ class JournalSaver(ThreadedAsync):
         """Copy every namespace, checkpoint and write of a thread to a new thread.
 
         Replays the source's commits in order (same checkpoint ids, metadata and
-        writes). Not atomic: after a crash the target may hold part of the copy
-        (`delete_thread(target)` removes it). The target must not exist yet.
+        writes). Atomic (`copymark`): until its last commit the target is absent
+        for every reader, after a crash too; a copy left unfinished is removed
+        by the next `copy_thread`, `put` or `delete_thread` on the target. The
+        target must not exist yet (`ContractViolationError`), nor be written
+        while the copy runs.
         """
         src = str(source_thread_id)
         dst = str(target_thread_id)
-        if self.store.session_summary(self.session_id(dst)) is not None:
-            raise ContractViolationError(f"copy_thread: target thread {dst!r} already exists")
-        sessions = self._thread_sessions(src)
-        sessions.sort(key=lambda t: (t[2] != "", t[2]))  # the root first
-        for sid, _tid, ns in sessions:
-            target = self.session_id(dst, ns)
-            self._ensure_session(target, dst, ns)
-            self._threads.forget(target)
-            Replay(self.store, sid, target, dst).run()
+        root = self.session_id(dst)
+        with self._slock(root):
+            if self.store.session_summary(root) is not None:
+                if not copymark.unfinished(self._reads, root):
+                    raise ContractViolationError(
+                        f"copy_thread: target thread {dst!r} already exists"
+                    )
+                self._discard_unfinished(dst)
+            src_root = self.session_id(src)
+            if copymark.unfinished(self._reads, src_root):
+                return  # an unfinished copy is no thread: nothing to copy
+            sessions = self._thread_sessions(src)
+            if not sessions:
+                return
+            sessions.sort(key=lambda t: (t[2] != "", t[2]))  # the root first
+            pairs = [(sid, self.session_id(dst, ns), ns) for sid, _tid, ns in sessions]
+            self._threads.forget_thread(dst)
+            try:
+                copy_sessions(self.store, pairs, dst, src, self.owner_id)
+            finally:
+                self._threads.forget_thread(dst)
+
+    def _discard_unfinished(self, thread_id: str) -> None:
+        """Delete what a copy that did not finish left of `thread_id` (absent for
+        readers already)."""
+        root = self.session_id(thread_id)
+        try:
+            self.store.delete_sessions([root])
+        finally:
+            self._threads.forget_thread(thread_id)
 
     # ------------------------------------------------------------- versions
     def get_next_version(self, current: str | None, channel: None) -> str:

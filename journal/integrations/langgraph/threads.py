@@ -18,7 +18,7 @@ from typing import Any
 
 from journal import CorruptionError, EventPageRequest, JournalError, JournalEvent, NotFoundError
 
-from . import fingerprint
+from . import copymark, fingerprint
 from .events import EV_CHECKPOINT, EV_DELETE, EV_WRITES, mark
 from .fingerprint import FP_LEN, Fp
 from .index import Index, Put, Write
@@ -138,14 +138,19 @@ class ThreadIndexes:
         return self._start(sid, thread_id, ns, idx)
 
     def _start(self, sid: str, thread_id: str, ns: str, old: Index | None) -> Index | None:
-        """An index of `sid` from its newest event (None: no such session), or `old`
-        if it is an index of an empty log of the same incarnation, caught up."""
+        """An index of `sid` from its newest event (None: no such session, or one of
+        a thread whose copy is not finished: `copymark`), or `old` if it is an
+        index of an empty log of the same incarnation, caught up."""
         ident = self.store.incarnation(sid)  # before the first read: an older one never matches
         self.reads.renew(sid)  # (a reader made before it would be such a read)
         try:
             newest = self.reads.event_page(sid, EventPageRequest(limit=1))
         except NotFoundError:
             self.forget(sid)
+            return None
+        root = copymark.root_of(sid, ns)
+        if copymark.unfinished(self.reads, root, newest if root == sid else None):
+            self.forget(sid)  # a copy not finished: the thread is absent until it is
             return None
         latest = newest.latest_sequence
         if (
