@@ -44,7 +44,7 @@ from journal.integrations.langgraph import server as lg_server
 REPO = Path(__file__).resolve().parent.parent
 LANGGRAPH = Path(sys.executable).parent / "langgraph"
 DEV_ARGS = ("dev", "--no-browser", "--no-reload")
-CHECKPOINTER = "journal.integrations.langgraph.server.generate_checkpointer"
+CHECKPOINTER = "journal.integrations.langgraph.generate_checkpointer"
 
 AGENT = """
 import asyncio

@@ -3,6 +3,11 @@
     from journal.integrations.langgraph import JournalSaver
     graph = builder.compile(checkpointer=JournalSaver("agent-store"))
 
+For LangGraph Server (`langgraph dev`), `langgraph.json` names
+`generate_checkpointer` (module `server`):
+
+    "checkpointer": {"path": "journal.integrations.langgraph.generate_checkpointer"}
+
 Mapping (docs/langgraph.md has the full story):
 
 - A thread's root namespace ("") is the journal session whose id is the thread
@@ -22,14 +27,17 @@ Mapping (docs/langgraph.md has the full story):
   writes with negative idx: the last one), like LangGraph's own savers.
 - `prune` and `delete_for_runs` are logical: one `langgraph_delete` event per
   session hides the checkpoints (and their writes) atomically.
+- `copy_thread` replays the source's commits into the target and is atomic:
+  the target is absent for readers until the copy's last commit (`copymark`).
 
 The modules: `saver` (the calls) on `threads` (the index of each session's
 events, caught up at every call) and `fastpath` (cold reads of old checkpoints
 by binary search, over the `fingerprint` each event carries); `puts` and
 `events` (what a call commits), `tuples` (what a read returns), `serde` and
 `copies` (values as stored, and copies of decoded ones), `reads` (the store
-reads), `naming` (session ids), `index`, `replay` (`copy_thread`) and `aio`
-(the async forms).
+reads), `naming` (session ids), `index`, `replay` and `copymark`
+(`copy_thread`), `history` (`get_delta_channel_history`), `aio` (the async
+forms) and `server` (`generate_checkpointer`).
 """
 
 from __future__ import annotations
@@ -59,5 +67,6 @@ _require_langgraph()  # before the modules that import it
 
 from .naming import NS_SEP, ORIGIN_LABEL  # noqa: E402
 from .saver import JournalSaver  # noqa: E402
+from .server import generate_checkpointer  # noqa: E402
 
-__all__ = ["NS_SEP", "ORIGIN_LABEL", "JournalSaver"]
+__all__ = ["NS_SEP", "ORIGIN_LABEL", "JournalSaver", "generate_checkpointer"]

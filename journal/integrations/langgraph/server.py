@@ -3,7 +3,10 @@
 A `langgraph.json` names it as the server's checkpointer:
 
     {"graphs": {"agent": "./agent.py:graph"},
-     "checkpointer": {"path": "journal.integrations.langgraph.server:generate_checkpointer"}}
+     "checkpointer": {"path": "journal.integrations.langgraph.generate_checkpointer"}}
+
+(langgraph-api takes a path without "/" or ".py:" as `module.attribute`: the
+attribute follows the last dot; a colon there is read as part of its name.)
 
 The server enters it (an async context manager) when it starts, once per
 thread that serves requests, and leaves it when it stops. Every entry in a
