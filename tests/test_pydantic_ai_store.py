@@ -23,7 +23,7 @@ from pydantic_ai.usage import RunUsage
 import journal
 from journal import Checkpoint, CorruptionError, Event, EventPageRequest, SessionPageRequest
 from journal.inspect import verify_store
-from journal.integrations.pydantic_ai import ENTRY, META_KEY, JournalConversationStore
+from journal.integrations.pydantic_ai import ENTRY, META_KEY, JournalConversationStore, locks
 
 T = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
 
@@ -324,5 +324,40 @@ def test_sweep_deletes_what_an_interrupted_delete_left(tmp_path: Path) -> None:
             assert await store.sweep() == 1
             assert store.store.load("c") is None
             assert await store.sweep() == 0
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_save_that_started_still_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entered = threading.Event()
+    enter = locks.ConversationLock.__enter__
+
+    def noting(self: locks.ConversationLock) -> bool:
+        entered.set()  # the write has started: its worker thread takes the lock
+        return enter(self)
+
+    monkeypatch.setattr(locks.ConversationLock, "__enter__", noting)
+
+    async def main() -> None:
+        async with JournalConversationStore(tmp_path / "s", durability="os") as store:
+            conversation = await grow(store, "c", range(1))
+            fd = os.open(store.store.session_dir("c"), os.O_RDONLY)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # the save's worker thread waits here
+            conversation.messages.extend(turn(1))
+            entered.clear()
+            save = asyncio.ensure_future(store.save(conversation))
+            assert await asyncio.to_thread(entered.wait, 30)
+            save.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await save
+            os.close(fd)  # the worker goes on: the commit it started is made
+            for _ in range(6000):
+                loaded = await store.load("c")
+                if loaded is not None and len(loaded.messages) == 4:
+                    break
+                await asyncio.sleep(0.005)
+            assert loaded is not None and loaded.messages == [*turn(0), *turn(1)]
 
     asyncio.run(main())

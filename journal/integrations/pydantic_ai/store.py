@@ -53,10 +53,9 @@ class JournalConversationStore(ConversationStore):
         else:
             self.store = Store(store, **store_options)
             self._owns_store = True
+        if not isinstance(owner_id, str) or not owner_id.strip():
+            raise InvalidInputError("owner_id must be a non-blank string")
         self.naming = Naming(session_prefix, owner_id)
-        self.naming.owner(None)  # checked when first used; a blank default is refused here
-        if not owner_id.strip():
-            raise InvalidInputError("owner_id must not be blank")
         self._reads = Reads(self.store, EntryIndex(index_entries))
         self._writes = Writes(self.store, self._reads, self.naming)
         self._closed = False
