@@ -414,6 +414,11 @@ class Catalog:
         """Every listed session's summary, by id (for offline tools: the whole catalog)."""
         return self._guarded(lambda view: {sid: e.summary for sid, e in view.listed()})  # type: ignore[return-value]
 
+    def summary(self, session_id: str) -> SessionSummary | None:
+        """The catalog's summary of one session (None: not listed)."""
+        cur = self._guarded(lambda view: view.current(session_id))
+        return None if cur is None else cur.summary  # type: ignore[attr-defined]
+
     def lists(self, session_id: str) -> bool:
         """Whether the catalog lists this session."""
         return self._guarded(lambda view: view.current(session_id) is not None)  # type: ignore[return-value]

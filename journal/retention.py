@@ -244,14 +244,15 @@ def _tree_bytes(store: Store, tree: list[str]) -> int:
 def _delete_batch(store: Store, p: Plan, batch: list[list[str]], report: PruneReport) -> None:
     """Delete these trees in one commit, each only if it is still as planned."""
     planned = {tree[0]: tree for tree in batch}
+    catalog = store.catalog
     sizes = {root: _tree_bytes(store, tree) for root, tree in planned.items()}
 
     def unchanged(closure: list[str]) -> bool:
         tree = planned.get(closure[0])
         if tree is None or sorted(closure) != sorted(tree):
             return False
-        for sid in closure:
-            s = store.session_summary(sid)
+        for sid in closure:  # the catalog, refreshed under the tree lock: no session opened
+            s = catalog.summary(sid)
             if s is None or (s.updated_at, s.sequence) != p.seen.get(sid):
                 return False
         return True
@@ -262,5 +263,5 @@ def _delete_batch(store: Store, p: Plan, batch: list[list[str]], report: PruneRe
             report.deleted.extend(tree)
             report.trees += 1
             report.bytes_freed += sizes[root]
-        elif store.session_summary(root) is not None:
+        elif catalog.lists(root):
             report.changed.append(root)

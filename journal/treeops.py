@@ -163,16 +163,19 @@ class TreeOps:
     def delete_trees(self, roots: Sequence[str], accept: Callable[[list[str]], bool]) -> list[str]:
         """Delete in ONE commit the subtree of each root that `accept(subtree)`
         accepts (asked under the tree lock, so the subtree it sees is the one
-        deleted); the roots deleted. Absent roots are skipped."""
+        deleted); the roots deleted. Roots the catalog does not list are skipped:
+        no session is opened to find its subtree (the catalog knows it)."""
         with self.store.tree.locked():
             self._settle()
+            catalog = self.store.catalog
+            unlisted = self._unlisted_children()
             chosen: list[str] = []
             closure: list[str] = []
             taken: set[str] = set()
             for root in roots:
-                if root in taken or not self._present(root):
+                if root in taken or not catalog.lists(root):
                     continue
-                subtree = self._subtree([root])
+                subtree = self._subtree([root], unlisted)
                 if taken.isdisjoint(subtree) and accept(subtree):
                     chosen.append(root)
                     closure += subtree
@@ -216,11 +219,18 @@ class TreeOps:
         except CorruptionError:
             return fsio.is_dir(self.store.session_dir(session_id))
 
-    def _subtree(self, ids: list[str]) -> list[str]:
-        """These sessions and all their descendants, breadth first (tree lock held)."""
-        catalog = self.store.catalog
+    def _unlisted_children(self) -> dict[str, list[str]]:
+        """The parent links of session directories the catalog does not list."""
         unlisted: dict[str, list[str]] = {}
         self.store.upkeep.add_unlisted_children(unlisted)
+        return unlisted
+
+    def _subtree(self, ids: list[str], unlisted: dict[str, list[str]] | None = None) -> list[str]:
+        """These sessions and all their descendants, breadth first (tree lock held).
+        `unlisted`: `_unlisted_children()`, when the caller asks for several subtrees."""
+        catalog = self.store.catalog
+        if unlisted is None:
+            unlisted = self._unlisted_children()
         closure: list[str] = []
         queue = list(dict.fromkeys(ids))
         seen = set(queue)
