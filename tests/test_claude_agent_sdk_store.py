@@ -275,14 +275,46 @@ def test_loads_page_through_long_sessions(
         assert got is not None and len(got) == 21
 
 
-def test_a_malformed_record_is_an_error_not_a_gap(sdk_store: JournalSessionStore) -> None:
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"lines": 5},
+        {"lines": ["{", '{"a":1}']},
+        {"lines": ['{"a":1},{"b":2}']},  # two objects in one line: not one entry
+        {"lines": ["[1]"]},
+        {"lines": [7]},
+        {"lines": [], "summary_at": 0},
+        {"lines": [], "summary": "x"},
+    ],
+)
+def test_a_malformed_record_is_an_error_not_a_gap(
+    sdk_store: JournalSessionStore, bad: dict[str, Any]
+) -> None:
     run(lambda: sdk_store.append(MAIN, [entry("a")]))
     jid = "-home-me-proj/7f6c0e1e-0000-4000-8000-000000000001"
-    sdk_store.store.append_event(jid, 1, Event(msg={"type": ENTRIES, "lines": 5}))
+    sdk_store.store.append_event(jid, 1, Event(msg={"type": ENTRIES, **bad}))
     with pytest.raises(CorruptionError, match="event 2"):
         run(lambda: sdk_store.load(MAIN))
     with JournalSessionStore(sdk_store.store) as fresh, pytest.raises(CorruptionError):
         run(lambda: fresh.append(MAIN, [entry("b")]))
+
+
+def test_floats_and_integers_come_back_equal(sdk_store: JournalSessionStore) -> None:
+    """Loads decode all of a batch's lines at once (not with `json.loads`): every value
+    must still come back equal, bit for bit."""
+    import random
+
+    rng = random.Random(5)
+    values: list[Any] = [rng.uniform(-1, 1) * 10 ** rng.randint(-300, 300) for _ in range(2000)]
+    values += [rng.getrandbits(200) - (1 << 199) for _ in range(200)] + [
+        5e-324,
+        1.7976931348623157e308,
+    ]
+    batch = [entry(f"f{i}", v=values[i : i + 50]) for i in range(0, len(values), 50)]
+    run(lambda: sdk_store.append(MAIN, batch))
+    got = run(lambda: sdk_store.load(MAIN))
+    assert got == batch
+    assert [type(x) for e in got for x in e["v"]] == [type(x) for x in values]
 
 
 # ------------------------------------------------------------- off the loop

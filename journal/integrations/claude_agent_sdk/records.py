@@ -21,11 +21,14 @@ the SDK key it holds, so tools can map a journal session back to its key.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
+
+import msgspec
 
 from journal import CorruptionError, InvalidInputError, JournalEvent
 
@@ -35,6 +38,11 @@ ENTRIES = "claude_sdk.entries"
 META_KEY = "journal.claude_agent_sdk"
 """Checkpoint metadata key: `{"key": {"project_key": ..., "session_id": ...[, "subpath": ...]}}`
 (`"placeholder": true` on a main session made only to parent a subkey)."""
+
+
+# Decodes exactly what `json.loads` does for what `json.dumps` writes, except NaN,
+# Infinity and lone surrogates, which it refuses (and `decode_lines` then falls back).
+_ARRAY = msgspec.json.Decoder()
 
 
 def encode_entries(entries: list[Any], where: str) -> tuple[list[str], list[str | None]]:
@@ -61,10 +69,9 @@ def encode_entries(entries: list[Any], where: str) -> tuple[list[str], list[str 
     return lines, uuids
 
 
-def uuid_of(line: str) -> str | None:
-    """The `uuid` of a stored line (None without one)."""
-    uid = json.loads(line).get("uuid")
-    return uid if isinstance(uid, str) else None
+def uuids_of(entries: list[dict[str, Any]]) -> list[Any]:
+    """The `uuid` of each entry (None without one; `KeyState.apply` keeps the strings)."""
+    return [e.get("uuid") for e in entries]
 
 
 def entries_msg(
@@ -99,9 +106,9 @@ def decode(journal_id: str, ev: JournalEvent) -> Batch | None:
     lines = msg.get("lines")
     summary = msg.get("summary")
     summary_at = msg.get("summary_at")
+    # The lines themselves are checked where they are parsed (`decode_lines`).
     if (
-        not isinstance(lines, list)
-        or not all(isinstance(line, str) for line in lines)
+        type(lines) is not list
         or (summary is not None and not isinstance(summary, dict))
         or (summary_at is not None and (type(summary_at) is not int or summary_at < 1))
     ):
@@ -113,15 +120,22 @@ def decode(journal_id: str, ev: JournalEvent) -> Batch | None:
 
 def decode_lines(journal_id: str, batch: Batch) -> list[Any]:
     """The entries of a batch, as `json.loads` gives them back."""
-    out: list[Any] = []
-    for i, line in enumerate(batch.lines):
+    lines = batch.lines
+    out: Any = None
+    # All lines in one call: several times faster than `json.loads` per line. It
+    # refuses NaN, Infinity and \ud800 escapes (json.dumps writes them): the slow way.
+    with contextlib.suppress(msgspec.DecodeError, TypeError):
+        out = _ARRAY.decode("[" + ",".join(lines) + "]")
+    if type(out) is not list or len(out) != len(lines):
         try:
-            out.append(json.loads(line))
-        except ValueError:
-            raise CorruptionError(
-                f"session {journal_id!r}: event {batch.sequence}, line {i} is not JSON"
-            ) from None
-    return out
+            out = [json.loads(line) for line in lines]
+        except (TypeError, ValueError):
+            out = None
+    if out is not None and all(type(e) is dict for e in out):
+        return cast("list[Any]", out)
+    raise CorruptionError(
+        f"session {journal_id!r}: event {batch.sequence} holds a line that is not a JSON object"
+    )
 
 
 class Clock:

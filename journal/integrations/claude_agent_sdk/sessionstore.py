@@ -39,7 +39,16 @@ from journal import (
 )
 
 from .keys import Key, main_key_of, parse_key, subpath_of
-from .records import META_KEY, Batch, Clock, decode, decode_lines, encode_entries, entries_msg
+from .records import (
+    META_KEY,
+    Batch,
+    Clock,
+    decode,
+    decode_lines,
+    encode_entries,
+    entries_msg,
+    uuids_of,
+)
 from .state import KeyState, States, StripedLocks, batches, catch_up, rebuild
 
 _T = TypeVar("_T")
@@ -210,7 +219,7 @@ class JournalSessionStore(SessionStore):
         for batch in batches(self.store, jid, 0):
             entries = decode_lines(jid, batch)
             out.extend(entries)
-            state.apply(batch, [_uuid(e) for e in entries])
+            state.apply(batch, uuids_of(entries))
         with self._locks.lock(jid):
             known = self._states.get(jid)
             if known is None or known.ident != state.ident or known.latest < state.latest:
@@ -377,8 +386,3 @@ def _project(project_key: Any) -> str:
     if not isinstance(project_key, str) or not project_key:
         raise InvalidInputError(f"project_key must be a non-empty string, not {project_key!r}")
     return project_key
-
-
-def _uuid(entry: Any) -> str | None:
-    uid = entry.get("uuid") if isinstance(entry, dict) else None
-    return uid if isinstance(uid, str) else None

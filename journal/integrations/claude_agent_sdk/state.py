@@ -20,7 +20,7 @@ from typing import Any
 
 from journal import Store
 
-from .records import Batch, decode, uuid_of
+from .records import Batch, decode, decode_lines, uuids_of
 
 PAGE = 1024
 """Events read per `events_after` call."""
@@ -38,9 +38,10 @@ class KeyState:
     summary: dict[str, Any] | None = None  # the main transcript's fold data
     summary_at: int | None = None  # the event that holds `summary`
 
-    def apply(self, batch: Batch, uuids: list[str | None]) -> None:
-        """Take in one batch of this session's log (newer than `latest`)."""
-        self.uuids.update(u for u in uuids if u is not None)
+    def apply(self, batch: Batch, uuids: list[Any]) -> None:
+        """Take in one batch of this session's log (newer than `latest`) and the uuids
+        of its entries (anything but a string is no uuid)."""
+        self.uuids.update(u for u in uuids if type(u) is str)
         if batch.summary is not None:
             self.summary = batch.summary
             self.summary_at = batch.sequence
@@ -72,7 +73,7 @@ def catch_up(store: Store, journal_id: str, state: KeyState) -> bool:
     """Take in what the log holds beyond `state.latest`; whether there was any."""
     before = state.latest
     for batch in batches(store, journal_id, state.latest):
-        state.apply(batch, [uuid_of(line) for line in batch.lines])
+        state.apply(batch, uuids_of(decode_lines(journal_id, batch)))
     return state.latest > before
 
 
