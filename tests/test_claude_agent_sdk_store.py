@@ -299,6 +299,27 @@ def test_a_malformed_record_is_an_error_not_a_gap(
         run(lambda: fresh.append(MAIN, [entry("b")]))
 
 
+def test_a_damaged_session_is_left_out_of_listings_and_named(
+    sdk_store: JournalSessionStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    other: SessionKey = {**MAIN, "session_id": "7f6c0e1e-0000-4000-8000-000000000002"}
+    run(lambda: sdk_store.append(MAIN, [user("u1", "hi")]))
+    run(lambda: sdk_store.append(other, [user("u2", "there")]))
+    jid = "-home-me-proj/7f6c0e1e-0000-4000-8000-000000000001"
+    sdk_store.store.append_event(jid, 1, Event(msg={"type": ENTRIES, "lines": [], "summary_at": 9}))
+    with caplog.at_level("WARNING"):
+        [listed] = run(lambda: sdk_store.list_session_summaries(MAIN["project_key"]))
+    assert listed["session_id"] == other["session_id"]
+    assert jid in caplog.text and "journal verify" in caplog.text
+    sdk_store.store.append_event(jid, 2, Event(msg={"type": ENTRIES, "lines": 3}))
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        [only] = run(lambda: sdk_store.list_sessions(MAIN["project_key"]))
+    assert only["session_id"] == other["session_id"] and jid in caplog.text
+    with pytest.raises(CorruptionError):
+        run(lambda: sdk_store.load(MAIN))
+
+
 def test_floats_and_integers_come_back_equal(sdk_store: JournalSessionStore) -> None:
     """Loads decode all of a batch's lines at once (not with `json.loads`): every value
     must still come back equal, bit for bit."""

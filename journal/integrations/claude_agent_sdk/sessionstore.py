@@ -8,6 +8,7 @@ thread finishes a commit it started even if the caller is cancelled or times out
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -52,6 +53,7 @@ from .records import (
 from .state import KeyState, States, StripedLocks, batches, catch_up, rebuild
 
 _T = TypeVar("_T")
+logger = logging.getLogger(__name__)
 
 MAX_TRIES = 1000
 """Refused conditional appends one call retries (each refusal means another writer's
@@ -231,7 +233,11 @@ class JournalSessionStore(SessionStore):
         self._check_open()
         out: list[SessionSummaryEntry] = []
         for k, latest in self._mains(project_key):
-            data = self._summary_of(k.journal_id, latest)
+            try:
+                data = self._summary_of(k.journal_id, latest)
+            except CorruptionError as exc:
+                _skip_damaged(k.journal_id, exc)
+                continue
             if data is not None:
                 out.append(
                     {"session_id": k.session_id, "mtime": latest.recorded_at_ms, "data": data}
@@ -351,7 +357,11 @@ class JournalSessionStore(SessionStore):
                 k = main_key_of(summary.session_id, project_key)
                 if k is None:
                     continue  # a subkey, or not a session of this integration
-                latest = self._latest(summary.session_id)
+                try:
+                    latest = self._latest(summary.session_id)
+                except CorruptionError as exc:
+                    _skip_damaged(summary.session_id, exc)
+                    continue
                 if latest is not None:
                     out.append((k, latest))
             if page.next_cursor is None:
@@ -386,3 +396,13 @@ def _project(project_key: Any) -> str:
     if not isinstance(project_key, str) or not project_key:
         raise InvalidInputError(f"project_key must be a non-empty string, not {project_key!r}")
     return project_key
+
+
+def _skip_damaged(journal_id: str, exc: CorruptionError) -> None:
+    """A listing leaves out a damaged session, saying so: one damaged session hides
+    no other (its `load` raises; `journal verify` says what is wrong)."""
+    logger.warning(
+        "journal: session %r is left out of the listing: %s (see `journal verify`)",
+        journal_id,
+        exc,
+    )
