@@ -29,7 +29,15 @@ from pydantic_ai.conversation_store import (
     InMemoryConversationStore,
 )
 from pydantic_ai.exceptions import UserError
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.usage import RunUsage
 
 from journal.integrations.pydantic_ai import JournalConversationStore
@@ -431,3 +439,21 @@ async def test_returned_objects_are_copies(store: ConversationStore) -> None:
     record.branches.append("junk")
     assert texts(await store.load("c")) == ["question 0", "answer 0"]
     assert (await store.read_record("c")).branches == []  # type: ignore[union-attr]
+
+
+async def test_nested_values_of_returned_messages_are_copies(store: ConversationStore) -> None:
+    rows = [{"title": "a", "tags": ["x"]}]
+    call = ModelResponse(parts=[ToolCallPart("search", {"q": "x"}, tool_call_id="t1")], timestamp=T)
+    ret = ModelRequest(parts=[ToolReturnPart("search", rows, tool_call_id="t1", timestamp=T)])
+    conversation = Conversation(conversation_id="c", messages=[user("q"), call, ret, reply("done")])
+    await store.save(conversation)
+    rows[0]["tags"].append("changed after the save")
+    for _ in range(2):  # a second read may come from a cache: it is a copy as well
+        loaded = await store.load("c")
+        assert loaded is not None
+        part = loaded.messages[2].parts[0]
+        assert isinstance(part, ToolReturnPart) and part.content == [{"title": "a", "tags": ["x"]}]
+        part.content[0]["tags"].append("changed after the load")
+        args = loaded.messages[1].parts[0]
+        assert isinstance(args, ToolCallPart) and args.args == {"q": "x"}
+        args.args["q"] = "changed"  # type: ignore[index]
