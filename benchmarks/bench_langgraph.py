@@ -27,7 +27,8 @@ the thread's start) runs N steps (default 200); then, cold (a new saver and
 store, or connection, each time), the journal saver's override, the inherited
 walk on the journal saver (`BaseCheckpointSaver.get_delta_channel_history`,
 one `get_tuple` per ancestor) and SqliteSaver (which inherits it) answer for
-the newest checkpoint, taking turns, R rounds (default 11): median, min, max.
+the newest checkpoint and for the one halfway back, taking turns, R rounds
+(default 11): median, min, max.
 """
 
 from __future__ import annotations
@@ -223,7 +224,8 @@ def build_delta(limit: int) -> StateGraph[DeltaState]:
 
 
 def bench_delta(steps: int, reps: int) -> None:
-    """Cold `get_delta_channel_history` of the newest checkpoint of an N-step thread."""
+    """Cold `get_delta_channel_history` of the newest checkpoint of an N-step thread,
+    and of the one halfway back."""
     paths: dict[str, str] = {}
     factories: dict[str, Callable[[str, bool], tuple[Any, Callable[[], None]]]] = {
         "journal": make_journal
@@ -254,31 +256,44 @@ def bench_delta(steps: int, reps: int) -> None:
             "sqlite",
             lambda s, c: s.get_delta_channel_history(config=c, channels=["messages"]),
         )
-    times: dict[str, list[float]] = {w: [] for w in ways}
-    answers: dict[str, int] = {}
-    for _ in range(reps):
-        for way, (name, call) in ways.items():
-            saver, close = factories[name](paths[name], True)
-            t = time.perf_counter()
-            got = call(saver, {"configurable": {"thread_id": "delta"}})
-            times[way].append(time.perf_counter() - t)
-            answers[way] = len(got["messages"]["writes"])
-            close()
+    # The newest checkpoint (what a resumed run asks for) and one halfway back
+    # (time travel, a history view): the same thread, ids read once.
+    first, close = factories["journal"](paths["journal"], True)
+    ids = [
+        t.config["configurable"]["checkpoint_id"]
+        for t in first.list({"configurable": {"thread_id": "delta"}})
+    ]
+    close()
+    targets: dict[str, Any] = {
+        "newest checkpoint": {"configurable": {"thread_id": "delta"}},
+        "checkpoint halfway back": {
+            "configurable": {"thread_id": "delta", "checkpoint_id": ids[len(ids) // 2]}
+        },
+    }
+    for label, target in targets.items():
+        times: dict[str, list[float]] = {w: [] for w in ways}
+        answers: dict[str, int] = {}
+        for _ in range(reps):
+            for way, (name, call) in ways.items():
+                saver, close = factories[name](paths[name], True)
+                t = time.perf_counter()
+                got = call(saver, target)
+                times[way].append(time.perf_counter() - t)
+                answers[way] = len(got["messages"]["writes"])
+                close()
+        print(f"get_delta_channel_history, {label} of a {steps}-step thread, cold, {reps} rounds")
+        print(f"{'':26} {'median':>9} {'min':>9} {'max':>9} {'writes':>7}")
+        for way, ts in times.items():
+            ms = sorted(x * 1e3 for x in ts)
+            print(
+                f"{way:26} {statistics.median(ms):>7.2f}ms {ms[0]:>7.2f}ms {ms[-1]:>7.2f}ms"
+                f" {answers[way]:>7}"
+            )
+        base = statistics.median(times["journal inherited"])
+        ratio = base / statistics.median(times["journal override"])
+        print(f"inherited / override: {ratio:.1f}x\n")
     for p in paths.values():
         shutil.rmtree(p, ignore_errors=True)
-    print(
-        f"get_delta_channel_history, newest checkpoint of a {steps}-step thread,"
-        f" cold, {reps} rounds"
-    )
-    print(f"{'':26} {'median':>9} {'min':>9} {'max':>9} {'writes':>7}")
-    for way, ts in times.items():
-        ms = sorted(x * 1e3 for x in ts)
-        print(
-            f"{way:26} {statistics.median(ms):>7.2f}ms {ms[0]:>7.2f}ms {ms[-1]:>7.2f}ms"
-            f" {answers[way]:>7}"
-        )
-    base = statistics.median(times["journal inherited"])
-    print(f"inherited / override: {base / statistics.median(times['journal override']):.1f}x")
 
 
 def main() -> None:

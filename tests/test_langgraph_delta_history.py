@@ -7,7 +7,9 @@ channel, a subgraph namespace, time-travel forks; hand-made threads with
 seeds at different depths, special writes, a deleted ancestor) and several
 channel sets, the override's answer equals the reference's, on a cold saver
 and a warm one, sync and async. A graph whose state lives in `DeltaChannel`s
-resumes on a fresh saver with the same state an `InMemorySaver` gives.
+resumes on a fresh saver with the same state an `InMemorySaver` gives. Cold,
+a checkpoint deep in a long thread is walked from where it is (the fast path):
+far fewer events are read than the log holds.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from langgraph.graph.message import add_messages
 from langgraph.types import Send
 from typing_extensions import TypedDict
 
+from journal import EventPageRequest
 from journal.integrations.langgraph import JournalSaver
 
 
@@ -234,3 +237,69 @@ def test_a_delta_graph_resumes_on_a_fresh_saver_as_in_memory(tmp_path: Path) -> 
         assert (
             build(fresh).get_state(cfg).values["log"] == build(memory).get_state(cfg).values["log"]
         )
+
+
+class EventCount:
+    """Counts the events a saver's store hands out (its reads and its readers')."""
+
+    def __init__(self, saver: JournalSaver) -> None:
+        self.events = 0
+        store = saver.store
+        real_reader, real_page, real_after = store.reader, store.event_page, store.events_after
+
+        def counted(fn: Any, pick: Any) -> Any:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                out = fn(*args, **kwargs)
+                self.events += len(pick(out))
+                return out
+
+            return call
+
+        def reader(*args: Any, **kwargs: Any) -> Any:
+            r = real_reader(*args, **kwargs)
+            r.event_page = counted(r.event_page, lambda p: p.events)  # type: ignore[method-assign]
+            r.events_after = counted(r.events_after, lambda evs: evs)  # type: ignore[method-assign]
+            return r
+
+        store.reader = reader  # type: ignore[method-assign]
+        store.event_page = counted(real_page, lambda p: p.events)  # type: ignore[method-assign]
+        store.events_after = counted(real_after, lambda evs: evs)  # type: ignore[method-assign]
+
+
+def test_a_deep_target_in_a_long_thread_is_walked_from_where_it_is(tmp_path: Path) -> None:
+    """Cold, a checkpoint deep in a long thread: its ancestors are read from the
+    checkpoint down (the fast path), not by scanning everything newer; the
+    answer is the inherited walk's."""
+    root = tmp_path / "s"
+    with JournalSaver(root, durability="os") as saver:
+        graph = build_long(saver)
+        cfg: RunnableConfig = {"configurable": {"thread_id": "long"}}
+        graph.invoke({"log": [], "n": 0}, {**cfg, "recursion_limit": 400})
+        ids = [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg)]
+        logged = saver.store.event_page("long", EventPageRequest(limit=1)).latest_sequence
+    assert len(ids) > 300 and logged > 600
+    deep: RunnableConfig = {"configurable": {"thread_id": "long", "checkpoint_id": ids[-120]}}
+    with JournalSaver(root, durability="os") as cold:
+        count = EventCount(cold)
+        got = cold.get_delta_channel_history(config=deep, channels=["log"])
+        read = count.events
+    with JournalSaver(root, durability="os") as ref:
+        want = reference(ref, deep, ["log"])
+    assert got == want and len(want["log"]["writes"]) >= 10 and "seed" in want["log"]
+    assert read < logged // 4, (read, logged)  # the scan would read about 600 events
+
+
+class Long(TypedDict):
+    log: Annotated[list[str], DeltaChannel(concat, snapshot_frequency=50)]
+    n: int
+
+
+def build_long(saver: BaseCheckpointSaver[Any]) -> Any:
+    def step(state: Long) -> dict[str, Any]:
+        return {"log": [f"s{state['n']}"], "n": state["n"] + 1}
+
+    g = StateGraph(Long)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: END if s["n"] >= 320 else "step", ["step", END])
+    return g.compile(checkpointer=saver)

@@ -197,6 +197,11 @@ class FastPath:
         r = idx.range_at(lo)
         if r is not None and r[1] >= hi:
             return
+        top = idx.range_at(hi)
+        if top is not None:
+            # Its top part is applied already (the ahead ranges of neighbouring puts
+            # overlap): read only what lies below that range (which starts above lo).
+            hi = top[0] - 1
         first = True
         after = lo - 1
         while after < hi:

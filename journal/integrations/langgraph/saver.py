@@ -43,6 +43,8 @@ from journal import (
     Store,
     TimestampedEvent,
 )
+from journal.compact import compact_session
+from journal.erase import ERASE_KEY, erase_declaration
 
 from . import copymark, naming, puts
 from .aio import ThreadedAsync
@@ -440,8 +442,9 @@ class JournalSaver(ThreadedAsync):
         sid = self.session_id(thread_id, ns)
         with self._slock(sid), self._reads.reading(sid):
             idx = self._threads.index(sid, thread_id, ns)
+            cid = get_checkpoint_id(config)
             return delta_history(
-                self._threads, self._tuples, self._codec, idx, get_checkpoint_id(config), channels
+                self._threads, self._fast, self._tuples, self._codec, idx, cid, channels
             )
 
     # ------------------------------------------------------------- deletes
@@ -456,18 +459,38 @@ class JournalSaver(ThreadedAsync):
             finally:
                 self._threads.forget_thread(thread_id)
 
-    def _hide(self, idx: Index, ids: Sequence[str], reason: str) -> None:
+    def _hide(self, idx: Index, ids: Sequence[str], reason: str) -> bool:
         if not ids:
-            return
+            return False
         msg = delete_msg([*ids], reason, self._threads.next_fp(idx, EV_DELETE, None))
+        # The hidden puts' events, their writes' events and their checkpoints' headers
+        # are erasable (journal.erase): `compact` frees them, on demand or by retention.
+        hidden = [idx.puts[i] for i in ids if i in idx.puts]
+        writes = [w.event_seq for i in ids for w in idx.writes.get(i, {}).values()]
+        msg[ERASE_KEY] = erase_declaration(
+            events=[p.event_seq for p in hidden] + writes, checkpoints=[p.seq for p in hidden]
+        )
         ev = self.store.append_event(idx.sid, int(time.time() * 1000), Event(msg=msg))
         if ev.sequence == idx.high + 1:
             self._threads.advance(idx, ev)
+        return True
 
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """`keep_latest`: hide all but each namespace's newest checkpoint; `delete`: delete."""
+    def _free(self, sids: Iterable[str]) -> None:
+        """Compact the sessions now: what `_hide` declared erasable is freed."""
+        for sid in sids:
+            compact_session(self.store.session_dir(sid), sid)
+
+    def prune(
+        self, thread_ids: Sequence[str], *, strategy: str = "keep_latest", free: bool = False
+    ) -> None:
+        """`keep_latest`: hide all but each namespace's newest checkpoint; `delete`: delete.
+
+        `free`: also compact the pruned sessions now, which gives back the bytes of
+        what is hidden, by this call or earlier ones (otherwise the store's retention
+        job, or `journal compact`, does it later)."""
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInputError(f"unknown prune strategy {strategy!r}")
+        pruned: list[str] = []
         for thread_id in thread_ids:
             if strategy == "delete":
                 self.delete_thread(thread_id)
@@ -480,12 +503,17 @@ class JournalSaver(ThreadedAsync):
                     self._threads.page_all(idx)
                     visible = idx.ordered()
                     self._hide(idx, [p.id for p in visible[1:]], "prune")
+                    pruned.append(sid)
+        if free:
+            self._free(pruned)
 
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Hide every checkpoint whose metadata `run_id` is one of `run_ids` (and its writes)."""
+    def delete_for_runs(self, run_ids: Sequence[str], *, free: bool = False) -> None:
+        """Hide every checkpoint whose metadata `run_id` is one of `run_ids` (and its
+        writes); `free`: compact those sessions now (see `prune`)."""
         wanted = {str(r) for r in run_ids}
         if not wanted:
             return
+        hid: list[str] = []
         for sid, tid, ns in self._thread_sessions(None):
             with self._slock(sid):
                 idx = self._threads.index(sid, tid, ns)
@@ -493,7 +521,10 @@ class JournalSaver(ThreadedAsync):
                     continue
                 self._threads.page_all(idx)
                 ids = [p.id for p in idx.ordered() if p.metadata.get("run_id") in wanted]
-                self._hide(idx, ids, "delete_for_runs")
+                if self._hide(idx, ids, "delete_for_runs"):
+                    hid.append(sid)
+        if free:
+            self._free(hid)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every namespace, checkpoint and write of a thread to a new thread.
