@@ -15,7 +15,9 @@ whether the copy is finished:
 So the root's newest event is flagged, or the root has no event and its head
 is such a placeholder, exactly while the copy is unfinished (or was cut short
 by a crash): the saver then treats the whole thread as absent. Every later
-event of the thread (the seal, then the thread's own puts) is unflagged.
+event of the thread (the seal, then the thread's own puts) is unflagged. So a
+rewrite of a copied root's log (a compaction) must keep the seal, though it
+hides nothing, or another unflagged event after the flagged ones.
 """
 
 from __future__ import annotations
