@@ -28,6 +28,7 @@ from . import (
     __version__,
     cli_damage,
     cli_gc,
+    cli_import,
     cli_log,
     cli_maint,
     cli_read,
@@ -128,6 +129,7 @@ def build_parser(command: str | None = None) -> Parser:
     cli_read.add_parsers(add)
     cli_log.add_parsers(add)
     cli_maint.add_parsers(add)
+    cli_import.add_parsers(add)
     cli_damage.add_parsers(add)
     cli_gc.add_parsers(add)
     viewer_command.add_parsers(add)
