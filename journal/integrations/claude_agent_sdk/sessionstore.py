@@ -106,12 +106,12 @@ class JournalSessionStore(SessionStore):
         if not batch:
             self._check_open()
             return  # creates nothing: no phantom keys
-        await self._run(lambda: self.append_sync(k, batch))
+        await self._run(lambda: self._append(k, batch))
 
     async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
         """Every entry of the key in append order (None: nothing was ever stored)."""
         k = parse_key(key)
-        return cast("list[SessionStoreEntry] | None", await self._run(lambda: self.load_sync(k)))
+        return cast("list[SessionStoreEntry] | None", await self._run(lambda: self._load(k)))
 
     async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
         """The project's main transcripts and the time of each one's latest append (ms)."""
@@ -128,17 +128,17 @@ class JournalSessionStore(SessionStore):
         """The project's summaries as the SDK's fold left them, stamped with the same
         `mtime` as `list_sessions` (the time of the append that made them current)."""
         pk = _project(project_key)
-        return await self._run(lambda: self.summaries_sync(pk))
+        return await self._run(lambda: self._summaries(pk))
 
     async def delete(self, key: SessionKey) -> None:
         """Delete a key; a main transcript's subkeys go with it (one atomic journal delete)."""
         k = parse_key(key)
-        await self._run(lambda: self.delete_sync(k))
+        await self._run(lambda: self._delete(k))
 
     async def list_subkeys(self, key: SessionListSubkeysKey) -> list[str]:
         """The subpaths stored under a main transcript, sorted."""
         k = parse_key(cast("dict[str, Any]", key), subpath_allowed=False)
-        return await self._run(lambda: self.subkeys_sync(k))
+        return await self._run(lambda: self._subkeys(k))
 
     # ---------------------------------------------------------------- lifecycle
     def close(self) -> None:
@@ -161,8 +161,8 @@ class JournalSessionStore(SessionStore):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ------------------------------------------------------- the work, blocking
-    def append_sync(self, k: Key, entries: list[Any]) -> None:
+    # ------------------------------------------ the work, blocking (worker threads)
+    def _append(self, k: Key, entries: list[Any]) -> None:
         """`append`, blocking: dedupe, fold, then one conditional append (retried
         after catching up with the log whenever another writer's append landed first)."""
         self._check_open()
@@ -209,7 +209,7 @@ class JournalSessionStore(SessionStore):
             f"append to {jid!r}: {MAX_TRIES} conditional appends were refused in a row"
         )
 
-    def load_sync(self, k: Key) -> list[Any] | None:
+    def _load(self, k: Key) -> list[Any] | None:
         """`load`, blocking; also leaves the key's state cached for the appends that
         usually follow (a resumed session goes on writing to its key)."""
         self._check_open()
@@ -228,7 +228,7 @@ class JournalSessionStore(SessionStore):
                 self._states.put(jid, state)
         return out or None
 
-    def summaries_sync(self, project_key: str) -> list[SessionSummaryEntry]:
+    def _summaries(self, project_key: str) -> list[SessionSummaryEntry]:
         """`list_session_summaries`, blocking."""
         self._check_open()
         out: list[SessionSummaryEntry] = []
@@ -244,7 +244,7 @@ class JournalSessionStore(SessionStore):
                 )
         return out
 
-    def delete_sync(self, k: Key) -> None:
+    def _delete(self, k: Key) -> None:
         """`delete`, blocking (absent keys are no-ops)."""
         self._check_open()
         jid = k.journal_id
@@ -253,7 +253,7 @@ class JournalSessionStore(SessionStore):
                 self.store.delete_sessions([jid])  # False when deleted meanwhile: fine
             self._states.drop(jid, with_subkeys=k.subpath is None)
 
-    def subkeys_sync(self, k: Key) -> list[str]:
+    def _subkeys(self, k: Key) -> list[str]:
         """`list_subkeys`, blocking: the main transcript's children in the catalog."""
         self._check_open()
         subpaths = (subpath_of(c.session_id, k) for c in self.store.child_sessions(k.main_id))
