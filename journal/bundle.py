@@ -113,8 +113,9 @@ def _session_files(directory: str) -> tuple[SessionIdentity, list[tuple[str, int
         log.close()
     files = [(os.path.join(directory, IDENTITY_FILE), -1)]
     for seg in segments:
-        if seg.base > state.end or (seg.base == state.end and seg is not segments[0]):
+        if seg.base > state.end:
             break  # a segment begun after the commit we ended on
+        # (one whose base is that end follows a SEAL, which names it: its header goes too)
         size = os.path.getsize(seg.path)
         cut = SEGMENT_HEADER_SIZE + state.end - seg.base
         files.append((seg.path, min(size, cut)))

@@ -226,44 +226,55 @@ def cmd_compact(args: argparse.Namespace, out: Output) -> int:
         refused.path, refused.offset = damage.path, damage.offset
         raise refused
     report = tools.compact_session(
-        directory, args.session, keep=args.keep, dry_run=args.dry_run, progress=progress
+        directory,
+        args.session,
+        keep=args.keep,
+        erase=args.erase,
+        dry_run=args.dry_run,
+        progress=progress,
     )
     end_progress()
     if out.json:
-        out.doc({**report.__dict__, "why_nothing": report.why_nothing()})
+        out.doc({**report.__dict__, "freed": report.freed, "why_nothing": report.why_nothing()})
         return EXIT_OK
     r = report
     print(
         f"kept the newest {plural(len(r.retained), 'checkpoint')}"
         f" ({r.retained[0] if r.retained else '-'}..{r.retained[-1] if r.retained else '-'})"
     )
-    if not r.compacted:
+    if r.erased_events:
+        print(
+            f"{'would erase' if args.dry_run else 'erased'}"
+            f" {plural(len(r.erased_events), 'event')} that erase declarations name"
+            " (each keeps its sequence, as a stub)"
+        )
+    if not r.compacted and not r.erased_events:
         print(f"nothing {'would be ' if args.dry_run else ''}dropped: {r.why_nothing()}")
-    else:
+    elif r.compacted:
         verb = "would drop" if args.dry_run else "dropped"
         print(
             f"{verb} the headers of {plural(len(r.compacted), 'older checkpoint')}"
             f" ({r.compacted[0]}..{r.compacted[-1]}): {size(r.bytes_zeroed)} of records"
             f" {'would be ' if args.dry_run else ''}zeroed"
         )
-        if r.in_newest_segment:
-            print(
-                f"left {plural(r.in_newest_segment, 'older checkpoint')} alone: they are in"
-                " the newest segment, which compact never rewrites"
-            )
-        freed = r.bytes_before - r.bytes_after
+    if r.compacted or r.erased_events:
         print(
-            f"{plural(r.sealed_segments, 'sealed segment')}: {size(r.bytes_before)} ->"
+            f"log: {size(r.bytes_before)} ->"
             f" {'about ' if args.dry_run else ''}{size(r.bytes_after)} on disk (du),"
-            f" {size(freed)} {'would be ' if args.dry_run else ''}freed"
-            + ("" if args.dry_run else f" ({r.segments_rewritten} rewritten)")
+            f" {size(r.freed)} {'would be ' if args.dry_run else ''}freed"
+            + ("" if args.dry_run else f" ({plural(r.segments_rewritten, 'segment')} rewritten)")
+            + (", the newest sealed first" if r.rolled else "")
         )
-        if freed < r.bytes_zeroed:
+        if r.freed < r.bytes_zeroed:
             print(
-                "  (records never move, so zeroed bytes free disk space only where they"
-                " cover whole file-system blocks)"
+                "  (records referred to by position stay where they are, so zeroed bytes"
+                " free disk space only where they cover whole file-system blocks)"
             )
-    print("events, transcript batches and executions are untouched")
+    print(
+        "transcript batches and executions are untouched; every event keeps its sequence"
+        if r.erased_events
+        else "events, transcript batches and executions are untouched"
+    )
     return EXIT_OK
 
 
@@ -362,7 +373,7 @@ def add_parsers(add: Add) -> None:
     if p := add(
         "compact",
         cmd_compact,
-        "drop superseded checkpoint data from sealed segments (journals untouched)",
+        "free superseded checkpoint data and the records erase declarations name",
     ):
         p.add_argument("session", help="session id")
         p.add_argument(
@@ -370,6 +381,12 @@ def add_parsers(add: Add) -> None:
             type=limit_arg,
             default=10,
             help="newest checkpoints to keep restorable (default: 10)",
+        )
+        p.add_argument(
+            "--no-erase",
+            dest="erase",
+            action="store_false",
+            help="leave the records erase declarations name (default: free them)",
         )
         p.add_argument("--dry-run", action="store_true", help="report what would be dropped")
     if p := add("delete", cmd_delete, "delete sessions with their forks and state (asks first)"):

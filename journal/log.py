@@ -671,6 +671,21 @@ class Log:
         if end > self.durable_to:
             self.durable_to = end
 
+    def seal_newest(self) -> bool:
+        """(write lock held, writer open) Seal the newest segment now, however short,
+        and start the next one, as a full segment is sealed (`_roll`): `compact`
+        rewrites only sealed segments. False when the newest segment holds no data."""
+        w = self._writer
+        assert w is not None, "open_writer first"
+        if w.poisoned:
+            raise StorageError(
+                f"{self.label}: log is unusable after an earlier failure: {w.poisoned}"
+            )
+        if w.data_end == w.seg.base:
+            return False
+        self._roll()
+        return True
+
     def _roll(self) -> None:
         w = self._writer
         assert w is not None

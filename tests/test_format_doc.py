@@ -381,3 +381,29 @@ def test_the_manifest_fields_are_the_documented_ones() -> None:
     assert policy, "FORMAT.md does not describe the retention policy map"
     fields = re.findall(r"`(\w+)`", policy.group(1))
     assert fields == list(manifest.RetentionPolicy.__struct_fields__)
+
+
+def test_erased_worked_example_is_what_compact_writes() -> None:
+    from journal.erase import encoded_stub
+
+    event = Event(msg={"type": "warning", "message": "disk almost full"})
+    payload = payloads.EventPayload(7, 1700000000000, event, [], [], False)
+    data = record.frame(record.EVENT, encoded_stub(payload, 3), commit=True, compress=False)
+    assert _block("worked-example-erased") == _hexdump(data)
+    # the trailing element is ignored: the stub decodes as the documented fields
+    p = payloads.event_decoder.decode(data[record.HEADER_SIZE :])
+    assert p.event.msg == {"type": "journal_erased", "erased_type": "warning"}
+
+
+def test_erase_declaration_table_and_rule_kinds_match_the_code() -> None:
+    from journal import erase
+
+    rows = _table_after("**Erase declarations.**")
+    decl = erase.erase_declaration(events=[1], ranges=[(1, 2)], types=["a"], checkpoints=[3])
+    assert [r[0] for r in rows] == list(decl)
+    section = DOC[DOC.index("**Erase declarations.**") : DOC.index("**Rewriting a segment.**")]
+    flat = " ".join(section.split())
+    kinds = re.search(r"folds? into the head \(([^:]*):", flat)
+    assert kinds, "FORMAT.md section 11 lists the rule kinds"
+    assert set(re.findall(r"`(\w+)`", kinds.group(1))) == erase.RULE_KINDS
+    assert f'"type": "{erase.ERASED_TYPE}"' in flat and f'"{erase.ERASE_KEY}"' in flat

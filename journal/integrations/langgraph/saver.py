@@ -43,7 +43,7 @@ from journal import (
     Store,
     TimestampedEvent,
 )
-from journal.compact import compact_session
+from journal.compact import compact_store_session
 from journal.erase import ERASE_KEY, erase_declaration
 
 from . import copymark, naming, puts
@@ -478,7 +478,7 @@ class JournalSaver(ThreadedAsync):
     def _free(self, sids: Iterable[str]) -> None:
         """Compact the sessions now: what `_hide` declared erasable is freed."""
         for sid in sids:
-            compact_session(self.store.session_dir(sid), sid)
+            compact_store_session(self.store, sid)
 
     def prune(
         self, thread_ids: Sequence[str], *, strategy: str = "keep_latest", free: bool = False

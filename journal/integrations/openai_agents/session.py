@@ -26,6 +26,8 @@ from journal import (
     TimestampedEvent,
     validate_session_id,
 )
+from journal.compact import compact_store_session
+from journal.erase import ERASE_KEY, erase_declaration
 
 from .branch import fork_branch
 from .cache import Cache
@@ -36,6 +38,8 @@ from .records import (
     CLEAR,
     ITEMS,
     POP,
+    REPLACE,
+    chain_of,
     decode_all,
     encode,
     first_user_text,
@@ -146,13 +150,19 @@ class JournalSession:
                 )
         await self._run(lambda: self._add(batch))
 
-    async def pop_item(self) -> TResponseInputItem | None:
-        """Remove and return the most recent item (None when there is none)."""
-        return await self._run(self._pop)
+    async def pop_item(self, *, free: bool = False) -> TResponseInputItem | None:
+        """Remove and return the most recent item (None when there is none).
 
-    async def clear_session(self) -> None:
-        """Remove every item from the conversation (see `delete` to erase the bytes)."""
-        await self._run(self._clear)
+        The pop that removes the last item of an `add_items` batch declares the batch
+        erasable (`journal.erase`); `free` compacts the session now to give its bytes
+        back (otherwise the retention job or `journal compact` does)."""
+        return await self._run(lambda: self._pop(free))
+
+    async def clear_session(self, *, free: bool = False) -> None:
+        """Remove every item from the conversation. The clear declares the records it
+        hides erasable (`journal.erase`; not those a branch still reads); `free`
+        compacts the session now to give their bytes back (`delete` erases all)."""
+        await self._run(lambda: self._clear(free))
 
     # ------------------------------------------------- SDK compaction hooks
     # `OpenAIResponsesCompactionSession` looks these up on the session it wraps.
@@ -293,7 +303,7 @@ class JournalSession:
                 raise
             self.store.append_event(self.session_id, now, event)
 
-    def _pop(self) -> Any:
+    def _pop(self, free: bool = False) -> Any:
         # No read of the log first: the tombstone is appended only if the session's
         # latest event is still the one the cache reflects (`expected_latest`, checked
         # under the session's write lock, across processes). Then the cache's newest
@@ -316,7 +326,11 @@ class JournalSession:
                 c, fresh = cs.sync(), True  # empty as we saw it: check the log
                 continue
             key, item = newest
-            msg = {"type": POP, "target": list(key)}
+            msg: dict[str, Any] = {"type": POP, "target": list(key)}
+            if key[0] == 0 and key[2] == 0 and _branch_bound(self.store, self.session_id) < key[1]:
+                # the batch's last live item: the batch is erasable (not a REPLACE: its
+                # drops would come back)
+                msg[ERASE_KEY] = erase_declaration(events=[key[1]], types=[ITEMS])
             seen = c.latest
             try:
                 jev = self.store.append_event(
@@ -332,6 +346,8 @@ class JournalSession:
                 c, fresh, ident = caught, True, caught.ident
                 continue
             cs.apply_own_pop(c, key, msg, jev.sequence, seen)
+            if free and ERASE_KEY in msg:
+                compact_store_session(self.store, self.session_id)
             return item
 
     def _catch_up(self, ident: Ident | None, seen: int) -> Cache | None:
@@ -346,7 +362,7 @@ class JournalSession:
                 return None
         return c
 
-    def _clear(self) -> None:
+    def _clear(self, free: bool = False) -> None:
         # A checkpoint save (not a bare event), so the catalog (`journal ls`) shows
         # when the conversation was cleared.
         with DirLock(self._dir, self.store.options.lock_timeout) as exists:
@@ -357,11 +373,17 @@ class JournalSession:
             if cp is None or self._cache.newest(c) is None:
                 return
             msg: dict[str, Any] = {"type": CLEAR}
+            # What the clear hides is erasable, but for what a branch still reads.
+            kept = _branch_bound(self.store, self.session_id)
+            ours = [ITEMS, POP, REPLACE, CLEAR]
+            msg[ERASE_KEY] = erase_declaration(ranges=[(kept + 1, c.latest)], types=ours)
             ev = TimestampedEvent(recorded_at_ms=now_ms(), event=Event(msg=msg))
             nxt = msgspec.structs.replace(cp, sequence=cp.sequence + 1)
             [jev] = self.store.save_with_events(nxt, (), None, [ev])
             if self._cache.current is c and jev.sequence == c.latest + 1:
                 self._cache.apply(c, jev.sequence, msg)
+        if free:
+            compact_store_session(self.store, self.session_id)
 
     def _replace_all(self, batch: list[Any]) -> None:
         # One checkpoint save with two events: the clear, then the new items.
@@ -445,3 +467,20 @@ if TYPE_CHECKING:
     # mypy checks that JournalSession satisfies the SDK's Session protocol.
     def _protocol_check(s: JournalSession) -> Session:
         return s
+
+
+def _branch_bound(store: Store, session_id: str) -> int:
+    """The newest event of `session_id` that a branch of it (at any depth) reads (0:
+    none): a branch reads its ancestors' events up to the bound its chain records."""
+    bound, todo, seen = 0, [session_id], {session_id}
+    while todo:
+        for child in store.child_sessions(todo.pop()):
+            cid = child.session_id
+            if cid in seen:
+                continue
+            seen.add(cid)
+            todo.append(cid)
+            for seg in chain_of(cid, store.load(cid))[1:]:
+                if seg.session_id == session_id and seg.events is not None:
+                    bound = max(bound, seg.events)
+    return bound
