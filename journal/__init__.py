@@ -6,6 +6,7 @@ contract of mobius's `CheckpointStore`. Start with `journal.open(root)`.
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import TYPE_CHECKING
 
@@ -52,24 +53,25 @@ from .validate import check_json_value, validate_session_id
 
 if TYPE_CHECKING:
     from .aio import AsyncStore, open_async
+    from .compact import CompactReport
 else:
 
     def __getattr__(name: str) -> object:
-        """`AsyncStore` and `open_async`, imported on first use: the asyncio facade
-        imports asyncio (tens of milliseconds), which a synchronous caller, and every
-        `journal` command, never needs."""
-        if name in _ASYNC_NAMES:
-            from . import aio
-
-            value = getattr(aio, name)
+        """`AsyncStore`, `open_async` and `CompactReport`, imported on first use."""
+        if name in _LAZY_NAMES:
+            module = importlib.import_module(f"{__name__}.{_LAZY_NAMES[name]}")
+            value = getattr(module, name)
             globals()[name] = value
             return value
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
     def __dir__() -> list[str]:
-        return sorted({*globals(), *_ASYNC_NAMES})
+        return sorted({*globals(), *_LAZY_NAMES})
 
-    _ASYNC_NAMES = frozenset({"AsyncStore", "open_async"})
+    # Imported on first use: the asyncio facade imports asyncio (tens of
+    # milliseconds), and the compaction tool its own modules, which a synchronous
+    # caller, and most `journal` commands, never need.
+    _LAZY_NAMES = {"AsyncStore": "aio", "open_async": "aio", "CompactReport": "compact"}
 
 __version__ = "0.1.0"
 
@@ -119,6 +121,7 @@ __all__ = [
     "SyncCheckpointStore",
     "open_async",
     "Checkpoint",
+    "CompactReport",
     "ContractViolationError",
     "CorruptionError",
     "Durability",

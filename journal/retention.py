@@ -96,7 +96,8 @@ class PruneReport(msgspec.Struct, kw_only=True):
     bytes_freed: int = 0  # disk blocks of the deleted sessions' directories
     kept_for_descendants: list[str] = msgspec.field(default_factory=list)
     changed: list[str] = msgspec.field(default_factory=list)  # updated since the plan: left
-    compacted: int = 0  # sessions whose hidden records were freed (retention job)
+    compacted: int = 0  # sessions whose hidden records the retention job freed
+    compacted_bytes: int = 0  # what that gave back (du)
 
 
 class Plan(msgspec.Struct):
@@ -116,6 +117,14 @@ def _catalog_rows(store: Store) -> Iterator[SessionSummary]:
         if page.next_cursor is None:
             return
         cursor = page.next_cursor
+
+
+def updated_since(store: Store, since: float) -> Iterator[str]:
+    """The sessions updated at or after `since` (Unix seconds), newest first."""
+    for s in _catalog_rows(store):
+        if s.updated_at < since:
+            return
+        yield s.session_id
 
 
 def plan(store: Store, policy: RetentionPolicy, now: float) -> Plan:

@@ -4,12 +4,15 @@ A writable store whose manifest records a policy (`journal.open(root,
 retention=RetentionPolicy(...))`) runs it in a daemon thread: first
 `min(interval, FIRST_RUN)` seconds after the open, then every `interval`
 seconds, until `close`. Each run deletes what the policy lets go
-(`retention.apply`, tree by tree) and then frees what integrations hid in the
-sessions it kept.
+(`retention.apply`, tree by tree) and then frees what integrations hid
+(`Store.compact`, erase declarations) in the sessions updated since the previous
+run began: a session nobody wrote since has nothing new to free.
 
-Cost: a run reads the whole catalog page by page (O(sessions): about a second
-per 100k sessions, measured in benchmarks/) and locks each tree it deletes for
-one delete commit; writers of other sessions go on meanwhile. Several processes
+Cost: a run reads the whole catalog page by page (O(sessions), measured in
+docs/retention.md), locks the trees it deletes for a delete commit per batch,
+and reads the log of each session updated since the previous run (rewriting the
+segments of those with something to free); the first run, with no previous one
+known, reads every session's log. Writers of other sessions go on meanwhile. Several processes
 writing one store share the work: a run starts by stamping `ROOT/retention.last`
 (its modification time), and a process skips its run while another's stamp is
 younger than the interval. A failed run is retried at the next interval; its
@@ -25,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from .errors import JournalError
 from .layout import RETENTION_STAMP_FILE
-from .retention import PruneReport, RetentionPolicy, apply
+from .retention import PruneReport, RetentionPolicy, apply, updated_since
 
 if TYPE_CHECKING:
     from .store import Store
@@ -54,34 +57,51 @@ class RetentionJob:
             delay = self.policy.interval
             if os.getpid() != self._pid:
                 return  # a forked child: the parent runs the job
-            if not self._claim():
+            since = self._claim()
+            if since is None:
                 continue
             try:
-                self.run_once()
+                self.run_once(since)
             except (JournalError, OSError) as exc:
                 self.last_error = exc
 
-    def _claim(self) -> bool:
-        """Stamp the run unless another process's stamp is younger than the interval."""
+    def _claim(self) -> float | None:
+        """Stamp the run unless another process's stamp is younger than the
+        interval (None: skip); the previous run's start (0: none known)."""
         now = time.time()
+        previous = 0.0
         try:
-            if now - os.stat(self._stamp).st_mtime < self.policy.interval * 0.9:
-                return False
+            previous = os.stat(self._stamp).st_mtime
+            if now - previous < self.policy.interval * 0.9:
+                return None
         except FileNotFoundError:
             pass
         except OSError:
-            return True  # cannot tell: run (a prune twice is harmless)
+            return 0.0  # cannot tell: run (a prune twice is harmless)
         try:
             with open(self._stamp, "a"):
                 pass
             os.utime(self._stamp, (now, now))
         except OSError:
             pass  # the stamp only saves other processes a run
-        return True
+        # A session updated in the second the previous run began is looked at again.
+        return max(previous - 1.0, 0.0)
 
-    def run_once(self) -> PruneReport:
-        """One run: delete what the policy lets go, then free hidden records."""
+    def run_once(self, since: float = 0.0) -> PruneReport:
+        """One run: delete what the policy lets go, then free what integrations hid
+        in the sessions updated at or after `since` (Unix seconds; 0: every session)."""
         report = apply(self.store, self.policy, dry_run=False, stop=self._stop.is_set)
+        for sid in updated_since(self.store, since):
+            if self._stop.is_set():
+                break
+            try:
+                freed = self.store.compact(sid)
+            except JournalError as exc:
+                self.last_error = exc  # a damaged or busy session: the others go on
+                continue
+            if freed.erased_events or freed.compacted:
+                report.compacted += 1
+                report.compacted_bytes += freed.freed
         self.runs += 1
         self.last_report = report
         self.last_error = None

@@ -25,7 +25,7 @@ import datetime
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import msgspec
 
@@ -75,6 +75,9 @@ from .types import (
     TranscriptPage,
     TranscriptPageRequest,
 )
+
+if TYPE_CHECKING:
+    from .compact import CompactReport
 
 Durability = Literal["fsync", "os"]
 
@@ -603,14 +606,39 @@ class Store:
         if not dry_run:
             self._writable("prune")
         seconds = (
-            older_than.total_seconds()
-            if isinstance(older_than, datetime.timedelta)
-            else older_than
+            older_than.total_seconds() if isinstance(older_than, datetime.timedelta) else older_than
         )
         policy = check_policy(
             RetentionPolicy(older_than=seconds, keep_last=keep_last, owner_id=owner_id)
         )
         return apply_retention(self, policy, dry_run=dry_run)
+
+    @guarded
+    def compact(
+        self,
+        session_id: str,
+        *,
+        keep: int | None = None,
+        erase: bool = True,
+        dry_run: bool = False,
+    ) -> CompactReport:
+        """Give back the disk space of what a session no longer needs.
+
+        `erase`: the records its erase declarations name (what an integration hid:
+        a pruned LangGraph checkpoint, a cleared conversation; FORMAT.md section
+        11); `keep`: also the headers of all but the newest `keep` checkpoints.
+        Records keep their positions and events their sequences (an erased event
+        reads as a `journal_erased` stub). Crash-safe: each segment is rewritten
+        beside the old one and renamed over it. Waits for the session's writers.
+        """
+        validate.validate_session_id(session_id)
+        if not dry_run:
+            self._writable("compact")
+        if self.session_summary(session_id) is None:
+            raise NotFoundError(f"session {session_id!r} does not exist")
+        from .compact import compact_store_session
+
+        return compact_store_session(self, session_id, keep=keep, erase=erase, dry_run=dry_run)
 
     # ------------------------------------------------------------------ reader
     @guarded

@@ -1,4 +1,5 @@
-"""The core imports and works with neither agent framework installed."""
+"""The core imports and works with no agent framework installed, and each integration
+says which extra it needs."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ BLOCK = textwrap.dedent(
     """
     import importlib.abc, sys
 
+    # as if no agent framework were installed
+    FRAMEWORKS = {"langgraph", "langchain_core", "agents", "openai", "pydantic_ai",
+                  "google", "claude_agent_sdk"}
+
     class Missing(importlib.abc.MetaPathFinder):
-        # as if langgraph, langchain and the OpenAI Agents SDK were not installed
         def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in {"langgraph", "langchain_core", "agents", "openai"}:
+            if name.split(".")[0] in FRAMEWORKS:
                 raise ModuleNotFoundError(f"No module named {name!r}", name=name)
             return None
 
@@ -45,7 +49,7 @@ def test_core_and_cli_work_without_the_frameworks(tmp_path: Path) -> None:
         store.save(Checkpoint.empty("s"))
         store.append_event("s", 1, Event(msg={"type": "warning", "message": "hi"}))
         store.close()
-        assert not any(m.split(".")[0] in {"langgraph", "agents"} for m in sys.modules)
+        assert not any(m.split(".")[0] in FRAMEWORKS for m in sys.modules)
         sys.exit(main(["--root", "store", "verify"]))
         """,
         tmp_path,
@@ -54,9 +58,15 @@ def test_core_and_cli_work_without_the_frameworks(tmp_path: Path) -> None:
 
 
 def test_integrations_say_which_extra_is_missing(tmp_path: Path) -> None:
+    # The Agents SDK package imports without the SDK (it is needed only to run
+    # agents); every other integration refuses to import and names its extra.
     for module, extra in (
         ("journal.integrations.langgraph", "langgraph"),
-        ("journal.integrations.openai_agents", "openai-agents"),
+        ("journal.integrations.langgraph.server", "langgraph"),
+        ("journal.integrations.openai_agents", None),
+        ("journal.integrations.pydantic_ai", "pydantic-ai"),
+        ("journal.integrations.adk", "adk"),
+        ("journal.integrations.claude_agent_sdk", "claude-agent-sdk"),
     ):
         done = _run(
             f"""
@@ -71,4 +81,7 @@ def test_integrations_say_which_extra_is_missing(tmp_path: Path) -> None:
         )
         assert done.returncode == 0, done.stderr
         out = done.stdout.strip()
-        assert out == "imported" or f"journal[{extra}]" in out, out
+        if extra is None:
+            assert out == "imported", (module, out)
+        else:
+            assert out.startswith("ImportError:") and f"journal[{extra}]" in out, (module, out)
