@@ -42,7 +42,7 @@ TREE_NODES = 1_000  # the largest fork tree drawn
 # would exceed Python's recursion limit in whatever builds or encodes it.
 TREE_UP = 100
 TREE_DEPTH = 200
-SDK_TYPES = ("agents.items", "agents.pop", "agents.clear")
+SDK_TYPES = ("agents.items", "agents.pop", "agents.clear", "agents.replace")
 
 _builtins = msgspec.to_builtins
 
@@ -365,6 +365,15 @@ class Data:
                 elif kind in ("agents.pop", "agents.clear"):
                     note = {"role": "system", "content": f"{kind} {msg.get('target', '')}".strip()}
                     batch = [(f"event {e.sequence}", note)]
+                elif kind == "agents.replace" and isinstance(msg.get("items"), list):
+                    # a compaction: the items it drops, then those it puts in their place
+                    drops = msg.get("drop")
+                    dropped = len(drops) if isinstance(drops, list) else 0
+                    note = {"role": "system", "content": f"{kind}: {dropped} item(s) replaced by"}
+                    batch = [(f"event {e.sequence}", note)]
+                    batch += [
+                        (f"event {e.sequence} #{i}", it) for i, it in enumerate(msg["items"], 1)
+                    ]
                 else:
                     continue
                 batches.append(batch)
