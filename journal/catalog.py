@@ -49,11 +49,12 @@ from .catalogrecords import (
     encode,
 )
 from .catalogview import CatalogView
-from .errors import CorruptionError, JournalError
+from .errors import CorruptionError, JournalError, StorageError
 from .layout import (
     CATALOG_BASE_FILE,
     CATALOG_BASE_TMP_PREFIX,
     CATALOG_DIR,
+    CATALOG_LOG_TMP_PREFIX,
     LOCK_FILE,
     LOG_DIR,
     SNAPSHOT_FILE,
@@ -93,7 +94,7 @@ class Catalog:
         self.fresh = not os.path.isdir(log_dir)
         if self.fresh and not read_only:
             made = mkdir_below(self.dir)
-            Log.create(log_dir, KIND_CATALOG)  # syncs log/ itself, not its entry
+            self._create_log(log_dir)  # syncs log/ itself, not its entry
             # Both entries durable before the catalog is relied on (FORMAT.md).
             fsio.sync_dir(self.dir)
             if made:
@@ -112,6 +113,21 @@ class Catalog:
         self._merging = False
         self.base_path = os.path.join(self.dir, CATALOG_BASE_FILE)
         self._reset(self._open_base())
+
+    def _create_log(self, log_dir: str) -> None:
+        """Create the catalog's log whole, or adopt the one another process or thread
+        made meanwhile: it is built under a temporary name and renamed into place,
+        so no opener ever sees a log directory without its first segment."""
+        tmp = os.path.join(
+            self.dir, f"{CATALOG_LOG_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        )
+        Log.create(tmp, KIND_CATALOG)
+        try:
+            fsio.rename(tmp, log_dir)
+        except StorageError:
+            if not fsio.is_dir(log_dir):
+                raise
+            fsio.remove_tree(tmp)  # another opener's log is in place: use it
 
     def _open_log(self) -> Log:
         return Log(
@@ -317,16 +333,19 @@ class Catalog:
             os.unlink(os.path.join(self.dir, SNAPSHOT_FILE))
 
     def _remove_abandoned_temps(self) -> None:
-        """Temporary bases of writers that died before renaming them."""
+        """Temporary bases and logs of writers that died before renaming them."""
         cutoff = time.time() - BASE_TMP_MAX_AGE
         with contextlib.suppress(OSError):
             for name in os.listdir(self.dir):
-                if not name.startswith(CATALOG_BASE_TMP_PREFIX):
+                if not name.startswith((CATALOG_BASE_TMP_PREFIX, CATALOG_LOG_TMP_PREFIX)):
                     continue
                 path = os.path.join(self.dir, name)
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError, StorageError):
                     if os.stat(path).st_mtime < cutoff:
-                        os.unlink(path)
+                        if name.startswith(CATALOG_LOG_TMP_PREFIX):
+                            fsio.remove_tree(path)
+                        else:
+                            os.unlink(path)
 
     # ------------------------------------------------------------------ reading
     def refresh(self, *, strict: bool = False) -> ScanState:

@@ -53,6 +53,7 @@ CUT_DIR = "repair"  # where `journal repair` keeps the bytes it cuts
 BOOT_FILE = "BOOT"  # in catalog/: the boot a catalog's process files belong to
 CATALOG_BASE_FILE = "base"  # in catalog/: the paged base (catalogbase.py)
 CATALOG_BASE_TMP_PREFIX = ".base.tmp."  # in catalog/: a base being written
+CATALOG_LOG_TMP_PREFIX = ".log.tmp."  # in catalog/: its first log, before it is renamed log/
 
 
 def session_path(root: str, session_id: str) -> str:
