@@ -162,27 +162,38 @@ class TreeOps:
 
     def delete_trees(self, roots: Sequence[str], accept: Callable[[list[str]], bool]) -> list[str]:
         """Delete in ONE commit the subtree of each root that `accept(subtree)`
-        accepts (asked under the tree lock, so the subtree it sees is the one
-        deleted); the roots deleted. Roots the catalog does not list are skipped:
-        no session is opened to find its subtree (the catalog knows it)."""
+        accepts; the roots deleted. `accept` is asked with the tree lock and every
+        subtree's session locks held and the catalog refreshed after taking them:
+        a save's catalog upsert runs under its session's lock, so what `accept`
+        reads of the catalog includes every commit made before the delete, and no
+        commit can come between its answer and the delete. Roots the catalog does
+        not list are skipped; no session is opened (the catalog knows the tree)."""
         with self.store.tree.locked():
             self._settle()
             catalog = self.store.catalog
             unlisted = self._unlisted_children()
-            chosen: list[str] = []
-            closure: list[str] = []
+            subtrees: list[list[str]] = []
             taken: set[str] = set()
             for root in roots:
                 if root in taken or not catalog.lists(root):
                     continue
                 subtree = self._subtree([root], unlisted)
-                if taken.isdisjoint(subtree) and accept(subtree):
-                    chosen.append(root)
-                    closure += subtree
+                if taken.isdisjoint(subtree):
+                    subtrees.append(subtree)
                     taken.update(subtree)
-            if closure:
-                self._delete_locked(closure)
-            return chosen
+            chosen: list[list[str]] = []
+            with contextlib.ExitStack() as held:
+                dirs = self._hold_all(held, [sid for sub in subtrees for sid in sub])
+                catalog.refresh()
+                chosen = [sub for sub in subtrees if accept(sub)]
+                closure = [sid for sub in chosen for sid in sub]
+                if closure:
+                    wanted = set(closure)
+                    names = [os.path.basename(path) for path, sid in dirs if sid in wanted]
+                    self._commit_delete(closure, names)
+            if chosen:
+                self._deleted(closure)
+            return [sub[0] for sub in chosen]
 
     def _settle(self) -> None:
         """Bring the tree up to date before a delete is planned (tree lock held)."""
@@ -193,18 +204,26 @@ class TreeOps:
         self.store.upkeep.reconcile_dead(force=True)
         self.store.catalog.refresh()
 
-    def _delete_locked(self, closure: list[str]) -> None:
-        """Delete these sessions (a whole subtree or several), tree lock held."""
-        # Every session of the subtree is locked, in directory order.
+    def _hold_all(self, held: contextlib.ExitStack, ids: list[str]) -> list[tuple[str, str]]:
+        """Take the write locks of these sessions, in directory order, until `held`
+        closes; their (directory, id) pairs, in that order."""
         dirs = sorted(
             (self.store.session_dir(sid), sid)
-            for sid in closure
+            for sid in ids
             if fsio.is_dir(self.store.session_dir(sid))
         )
+        for path, sid in dirs:
+            self._hold_for_delete(held, path, sid)
+        return dirs
+
+    def _delete_locked(self, closure: list[str]) -> None:
+        """Delete these sessions (a whole subtree or several), tree lock held."""
         with contextlib.ExitStack() as held:
-            for path, sid in dirs:
-                self._hold_for_delete(held, path, sid)
+            dirs = self._hold_all(held, closure)
             self._commit_delete(closure, [os.path.basename(path) for path, _ in dirs])
+        self._deleted(closure)
+
+    def _deleted(self, closure: list[str]) -> None:
         self.store.open_sessions.drop(closure, deleted=True)
         self.store.tree.empty_trash_soon()
 

@@ -71,10 +71,10 @@ def test_older_than_uses_the_last_update(tmp_path: Path) -> None:
     store = _store(tmp_path)
     for sid in ("a", "b", "c"):
         _save(store, sid)
-    t = _updated(store, "a")
+    first, t = _updated(store, "a"), max(_updated(store, sid) for sid in ("a", "b", "c"))
     policy = RetentionPolicy(older_than=100)
-    # One second short of the cut, nothing goes; past it, everything does.
-    assert retention_rules.apply(store, policy, dry_run=False, now=t + 100).deleted == []
+    # Not yet older than 100 s, nothing goes; past it, everything would.
+    assert retention_rules.apply(store, policy, dry_run=False, now=first + 100).deleted == []
     assert helpers.listed_ids(store) == {"a", "b", "c"}
     # Combined with keep_last: the newest stays even though it is old.
     both = RetentionPolicy(older_than=100, keep_last=1)
