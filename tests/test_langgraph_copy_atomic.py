@@ -225,3 +225,42 @@ def test_a_copy_cut_at_any_commit_is_absent_and_cleared(tmp_path: Path) -> None:
     assert k == 1 + 2 * 5 + 2 * (1 + 2 * 3) + 1
     assert kinds == {"absent", "hidden", "complete"}
     run_cli(root, "verify")
+
+
+def test_a_copy_of_a_pruned_thread_erases_only_what_it_hides(tmp_path: Path) -> None:
+    """`prune` declares what it hides erasable, by the source's sequences; the
+    copy's declarations name the copy's own records (the source's erased stubs
+    are not copied, so the numbers differ), and compacting the copy erases what
+    is hidden there and keeps everything it shows."""
+    from journal.compact import compact_store_session
+    from journal.erase import is_erased
+
+    root = tmp_path / "store"
+
+    def more(saver: JournalSaver, base: int, n: int) -> None:
+        cfg: RunnableConfig = {"configurable": {"thread_id": SRC, "checkpoint_ns": ""}}
+        latest = saver.get_tuple(cfg)
+        assert latest is not None
+        for i in range(n):
+            cp = checkpoint(base + i, [f"after{base + i}"], {"step": base + i})
+            conf = saver.put(latest.config, cp, {"step": base + i, "ns": ""}, {})  # type: ignore[arg-type]
+            saver.put_writes(conf, [("messages", [f"x{base + i}"])], f"late{base + i}", "~t")
+            latest = saver.get_tuple(conf)
+            assert latest is not None
+
+    with JournalSaver(root, durability="os") as saver:
+        build_source(saver, 12, 6)
+        saver.prune([SRC], free=True)  # hidden and compacted: erased stubs in the source
+        more(saver, 100, 4)
+        saver.prune([SRC])  # declared erasable, by sequences above the stubs
+        more(saver, 200, 2)
+        want = snapshot(saver, SRC)
+        saver.copy_thread(SRC, DST)
+        assert snapshot(saver, DST) == want
+        compact_store_session(saver.store, DST)
+        stubs = sum(1 for ev in saver.store.events_after(DST, 0, 10_000) if is_erased(ev))
+    with JournalSaver(root, durability="os") as fresh:
+        assert snapshot(fresh, DST) == want
+        assert snapshot(fresh, SRC) == want
+    assert stubs >= 4  # what the second prune hid, erased in the copy too
+    run_cli(root, "verify")

@@ -16,6 +16,7 @@ from journal import (
     Store,
     TimestampedEvent,
 )
+from journal.erase import ERASE_KEY, erase_declaration
 
 from . import fingerprint, puts
 from .copymark import COPY_FLAG, SEAL_REASON
@@ -76,6 +77,10 @@ class Replay:
         self.high = top.latest_sequence
         self.high_fp = fingerprint.of(top.events[0]) if top.events else None
         self.copied: dict[int, str] = {}  # target event sequence -> id of the writes copied there
+        # Source -> target sequences of what is copied (events; checkpoints), so
+        # that an erase declaration names the target's records (`_declaration`).
+        self.event_map: dict[int, int] = {}
+        self.checkpoint_map: dict[int, int] = {}
 
     def run(self) -> None:
         after = 0
@@ -94,6 +99,10 @@ class Replay:
             return
         msg["n"] = nonce()
         msg.pop(COPY_FLAG, None)  # the source's own copy flags say nothing of this copy
+        if ERASE_KEY in msg:  # it names the source's sequences: name the target's
+            decl = self._declaration(msg.pop(ERASE_KEY))
+            if decl:
+                msg[ERASE_KEY] = decl
         if self.flag:
             msg[COPY_FLAG] = 1
         cid = msg.get("id") if kind != EV_DELETE else None
@@ -105,12 +114,31 @@ class Replay:
             self.copied.get,
         )
         if kind == EV_CHECKPOINT:
+            source_seq = int(msg["seq"])
             done = self._copy_put(ev, msg)
+            self.checkpoint_map[source_seq] = int(msg["seq"])
         else:
             done = self.store.append_event(self.target, ev.recorded_at_ms, Event(msg=msg))
             if kind == EV_WRITES and isinstance(cid, str):
                 self.copied[done.sequence] = cid
+        self.event_map[ev.sequence] = done.sequence
         self.high, self.high_fp = done.sequence, fingerprint.of(done)
+
+    def _declaration(self, decl: Any) -> dict[str, Any]:
+        """A source event's erase declaration for its copy: what it names that was
+        copied, by the copies' sequences (records not copied, such as erased stubs,
+        are left out). Only `events` and `checkpoints` are translated; any other
+        form is dropped (nothing is erased in the target then)."""
+        if not isinstance(decl, dict) or set(decl) - {"events", "checkpoints"}:
+            return {}
+        events = decl.get("events") or []
+        checkpoints = decl.get("checkpoints") or []
+        if not isinstance(events, list) or not isinstance(checkpoints, list):
+            return {}
+        return erase_declaration(
+            events=[self.event_map[s] for s in events if s in self.event_map],
+            checkpoints=[self.checkpoint_map[c] for c in checkpoints if c in self.checkpoint_map],
+        )
 
     def _copy_put(self, ev: JournalEvent, msg: dict[str, Any]) -> JournalEvent:
         """Save the checkpoint of the put event `ev` in the target, with `msg` as its event."""
