@@ -16,9 +16,10 @@
   as one journal event and a checkpoint whose metadata holds the session state
   with the event's delta folded in, at checkpoint sequence = event sequence. A
   writer that read an older sequence is refused with ADK's `StaleSessionError`.
-- `app:` and `user:` state is journal middleware state, one value per key
-  (scopes `adk-app/<app>` and `adk-user/<app>/<user>`), written after the
-  event's commit; `temp:` state is never stored.
+- `app:` and `user:` state is journal middleware state, one stamped value per
+  key (scopes `adk-app/<app>` and `adk-user/<app>/<user>`), written after the
+  event's commit, which records them too: a read or the next append rolls
+  forward what a crash between the two held back. `temp:` state is never stored.
 - `fork_session` is a journal `fork`: the new session shares its parent's events
   up to the fork point; nothing is copied.
 - `register()` adds the `journal:` URI scheme to ADK's service registry;
@@ -26,8 +27,9 @@
   take `--session_service_uri journal:///path`.
 
 Modules: `service` (the calls), `records` (what a commit holds and how it reads
-back), `naming` (ids and state scopes), `chain` (events across forks), `dirlock`
-(the lock a write holds across processes), `uri` (the URI scheme).
+back), `naming` (ids and state scopes), `scoped` (stamped `app:`/`user:` values
+and their roll forward), `chain` (events across forks), `dirlock` (the lock a
+write holds across processes), `uri` (the URI scheme).
 """
 
 from __future__ import annotations

@@ -1,12 +1,16 @@
-"""The lock an ADK write holds across processes: an `flock` on the session directory.
+"""The lock an ADK write holds across processes: an `flock` on a directory.
 
-`append_event` reads the session's checkpoint and commits the next one under
-it, and `delete_session` deletes under it, so an append never re-creates a
-session a delete has just removed (a journal save to a missing id creates one).
+On a session directory: `append_event` reads the session's checkpoint and
+commits the next one under it, and `delete_session` deletes under it, so an
+append never re-creates a session a delete has just removed (a journal save to
+a missing id creates one).
 Two appends exclude each other too, though the journal's own sequence rule
 already refuses the second of two writers that read the same checkpoint.
-Each lock opens its own descriptor, so it excludes threads of this process as
-well. Without `fcntl` (Windows) only the sequence rule applies.
+`scoped` takes it on an `app:`/`user:` scope's state directory to compare
+and write stamped values. Each lock opens its own descriptor, so it excludes
+threads of this process as well. Without `fcntl` (Windows) nothing is locked:
+only the sequence rule orders appends, and two processes writing one
+`app:`/`user:` key at once may leave the lower stamp.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ except ImportError:  # pragma: no cover - Windows
 
 
 class DirLock:
-    """An exclusive `flock` on a session directory; enters with False if there is none.
+    """An exclusive `flock` on a directory (a session's, a state scope's); enters
+    with False if there is none.
 
     The directory is checked again once locked, so a session deleted (and maybe
     created anew) meanwhile is never locked through its old directory.

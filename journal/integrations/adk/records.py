@@ -3,7 +3,10 @@
 A checkpoint's metadata holds, under "adk", what ADK keeps in its sessions
 table: the names, the session's own state (no `app:`, `user:` or `temp:`
 keys), the creation and last update times (float seconds, as ADK's), a nonce
-that tells incarnations of one id apart, and the fork chain. Each ADK event is
+that tells incarnations of one id apart, the fork chain, and under "scoped" the
+`app:`/`user:` values of the session's last commit that carried any, with
+their clock and sequence (None when its last commit carried none; see
+`scoped`). Each ADK event is
 one journal event `{"type": "adk.event", "event": <the event as JSON>}` (the
 JSON of `Event.model_dump_json(exclude_none=True)`, bytes as base64, as ADK's
 SQLite service stores it), read back with `Event.model_validate_json`.
@@ -47,6 +50,7 @@ def new_meta(
             "created": now,
             "updated": now,
             "chain": chain or [],
+            "scoped": None,
         }
     }
 

@@ -41,7 +41,7 @@ from journal import (
     TimestampedEvent,
 )
 
-from . import naming
+from . import naming, scoped
 from .chain import find_fork_point, read_events, sources
 from .dirlock import DirLock
 from .records import encode_event, first_user_text, marker, meta_of, new_meta
@@ -115,7 +115,7 @@ class JournalSessionService(BaseSessionService):
 
     @override
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
-        return await self._run(lambda: self._scoped(naming.user_scope(app_name, user_id)))
+        return await self._run(lambda: self._user_state(app_name, user_id))
 
     @override
     async def append_event(self, session: Session, event: AdkEvent) -> AdkEvent:
@@ -180,7 +180,7 @@ class JournalSessionService(BaseSessionService):
         return await asyncio.to_thread(fn)
 
     def _scoped(self, scope: str) -> dict[str, Any]:
-        return dict(self.store.state.keys(scope))
+        return scoped.values(self.store, scope)
 
     def _merged(self, app_name: str, user_id: str, own: dict[str, Any]) -> dict[str, Any]:
         """A session's own state with its app's and its user's, prefixed (fresh values)."""
@@ -191,11 +191,28 @@ class JournalSessionService(BaseSessionService):
             merged[State.USER_PREFIX + key] = value
         return merged
 
-    def _save_scoped(self, app_name: str, user_id: str, deltas: dict[str, dict[str, Any]]) -> None:
-        for key, value in deltas["app"].items():
-            self.store.save_state(naming.app_scope(app_name), key, value)
-        for key, value in deltas["user"].items():
-            self.store.save_state(naming.user_scope(app_name, user_id), key, value)
+    def _roll_forward(self, app_name: str, user_id: str, key: str, meta: dict[str, Any]) -> None:
+        """Apply the `app:`/`user:` values of the session's last commit that carried
+        any, if a crash kept them from being written (a no-op otherwise)."""
+        scoped.apply(self.store, app_name, user_id, key, meta.get("scoped"))
+
+    def _user_state(self, app_name: str, user_id: str) -> dict[str, Any]:
+        """The `user:` values, after rolling forward every session of the user."""
+        request = SessionPageRequest(owner_id=naming.owner_id(app_name, user_id), limit=500)
+        while True:
+            page = self.store.list_sessions_page(request)
+            for summary in page.sessions:
+                metadata = self.store.session_metadata(summary.session_id)
+                if metadata is not None and naming.parse_key(summary.session_id) is not None:
+                    self._roll_forward(
+                        app_name, user_id, summary.session_id, meta_of(metadata, summary.session_id)
+                    )
+            if page.next_cursor is None:
+                break
+            request = SessionPageRequest(
+                owner_id=request.owner_id, cursor=page.next_cursor, limit=500
+            )
+        return self._scoped(naming.user_scope(app_name, user_id))
 
     def _create(
         self, app_name: str, user_id: str, state: dict[str, Any] | None, session_id: str | None
@@ -208,13 +225,15 @@ class JournalSessionService(BaseSessionService):
         now = platform_time.get_time()
         cp = Checkpoint.empty(key, owner_id=naming.owner_id(app_name, user_id))
         cp.metadata = new_meta(app_name, user_id, sid, deltas["session"], now)
+        record = scoped.new_record(self.store, app_name, user_id, deltas, 0, None)
+        cp.metadata["adk"]["scoped"] = record
         try:
             self.store.save(cp)  # the commit point: the session exists from here
         except ContractViolationError:
             if self.store.load(key) is not None:  # created by another writer meanwhile
                 raise AlreadyExistsError(f"Session with id {sid} already exists.") from None
             raise
-        self._save_scoped(app_name, user_id, deltas)
+        scoped.apply(self.store, app_name, user_id, key, record)
         session = Session(
             app_name=app_name,
             user_id=user_id,
@@ -244,6 +263,7 @@ class JournalSessionService(BaseSessionService):
             )
         except NotFoundError:
             return None  # deleted since its checkpoint was read
+        self._roll_forward(app_name, user_id, key, meta)
         session = Session(
             app_name=app_name,
             user_id=user_id,
@@ -271,14 +291,18 @@ class JournalSessionService(BaseSessionService):
             if page.next_cursor is None:
                 break
             request = SessionPageRequest(owner_id=owner, cursor=page.next_cursor, limit=500)
-        app_state = self._scoped(naming.app_scope(app_name))
-        user_states: dict[str, dict[str, Any]] = {}
-        sessions = []
+        metas = []
         for key, uid, sid in found:
             metadata = self.store.session_metadata(key)
             if metadata is None:
                 continue  # deleted since it was listed
             meta = meta_of(metadata, key)
+            self._roll_forward(app_name, uid, key, meta)
+            metas.append((uid, sid, meta))
+        app_state = self._scoped(naming.app_scope(app_name))
+        user_states: dict[str, dict[str, Any]] = {}
+        sessions = []
+        for uid, sid, meta in metas:
             if uid not in user_states:
                 user_states[uid] = self._scoped(naming.user_scope(app_name, uid))
             state = dict(meta["state"])
@@ -329,6 +353,13 @@ class JournalSessionService(BaseSessionService):
                     raise StaleSessionError(STALE_MESSAGE)
             elif meta["updated"] > session.last_update_time:
                 raise StaleSessionError(STALE_MESSAGE)  # as ADK's SQLite service
+            # The values of the last commit first, should a crash have kept them back;
+            # then this commit carries its own (so it can replace that record).
+            self._roll_forward(app_name, user_id, key, meta)
+            record = scoped.new_record(
+                self.store, app_name, user_id, deltas, cp.sequence + 1, meta.get("scoped")
+            )
+            meta["scoped"] = record
             meta["state"].update(deltas["session"])
             meta["updated"] = event.timestamp
             nxt = msgspec.structs.replace(
@@ -348,7 +379,7 @@ class JournalSessionService(BaseSessionService):
                 if now is not None and now.sequence > cp.sequence:
                     raise StaleSessionError(STALE_MESSAGE) from None
                 raise
-        self._save_scoped(app_name, user_id, deltas)
+        scoped.apply(self.store, app_name, user_id, key, record)
         return marker(meta, nxt.sequence)
 
     def _fork(
