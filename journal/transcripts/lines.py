@@ -20,8 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from journal.errors import InvalidInputError
-from journal.validate import check_json_value
+from journal import InvalidInputError, check_json_value
 
 READ_LIMIT = 1 << 30
 """The longest line read (1 GiB): a longer one is reported as malformed."""

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from journal.types import Event, TimestampedEvent
+from journal import Event, TimestampedEvent
 
 EVENT_FIELD_LIMIT = 4096
 """Tool arguments and outputs longer than this (in characters, or JSON characters)
