@@ -29,10 +29,11 @@ from journal import (
 from journal.compact import compact_store_session
 from journal.erase import ERASE_KEY, erase_declaration
 
+from ..dirlock import DirLock
 from .branch import fork_branch
 from .cache import Cache
 from .compaction import SuffixReplacer
-from .locks import DirLock, session_lock
+from .locks import session_lock
 from .paging import ItemPage, Pager, session_tag
 from .records import (
     CLEAR,
@@ -365,7 +366,7 @@ class JournalSession:
     def _clear(self, free: bool = False) -> None:
         # A checkpoint save (not a bare event), so the catalog (`journal ls`) shows
         # when the conversation was cleared.
-        with DirLock(self._dir, self.store.options.lock_timeout) as exists:
+        with DirLock(self._dir, self.store.options.lock_timeout, "clear lock") as exists:
             if not exists:
                 return
             cp = self.store.load(self.session_id)
@@ -387,7 +388,7 @@ class JournalSession:
 
     def _replace_all(self, batch: list[Any]) -> None:
         # One checkpoint save with two events: the clear, then the new items.
-        with DirLock(self._dir, self.store.options.lock_timeout) as exists:
+        with DirLock(self._dir, self.store.options.lock_timeout, "clear lock") as exists:
             cp = self.store.load(self.session_id) if exists else None
             if cp is not None:
                 now = now_ms()
