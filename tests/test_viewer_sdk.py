@@ -46,3 +46,50 @@ def test_a_compacted_conversation_shows_the_replacement(tmp_path: Path) -> None:
     assert "agents.replace: 2 item(s) replaced by" in joined
     assert "summary of the talk" in joined
     assert joined.index("first question") < joined.index("summary of the talk")
+
+
+def test_an_imported_claude_code_session_pairs_tool_use_with_its_result(tmp_path: Path) -> None:
+    import json
+
+    from journal.transcripts import import_transcripts
+
+    log = tmp_path / "0a6afc57-2f31-4cb4-8ff0-01247f50c64c.jsonl"
+    lines = [
+        {"role": "user", "content": "Why is CI red?"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Let me look."},
+                {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"cmd": "ls"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ci.yml"}],
+        },
+        {"role": "assistant", "content": [{"type": "text", "text": "A missing libssl."}]},
+    ]
+    with log.open("w") as f:
+        for n, message in enumerate(lines):
+            entry = {
+                "type": message["role"],
+                "uuid": f"u{n}",
+                "parentUuid": f"u{n - 1}" if n else None,
+                "timestamp": f"2026-01-20T11:00:0{n}.000Z",
+                "message": message,
+            }
+            f.write(json.dumps(entry) + "\n")
+    root = tmp_path / "store"
+    with journal.open(root) as store:
+        report = import_transcripts(store, [str(log)])
+        assert report.findings == []
+    data = Data(str(root))
+    try:
+        convo = data.conversation("claude-code/0a6afc57-2f31-4cb4-8ff0-01247f50c64c")
+    finally:
+        data.store.close()
+    shown = [m for m in convo["messages"] if not m["paired"]]
+    assert [m["role"] for m in shown] == ["user", "assistant", "assistant"]
+    assert shown[1]["text"] == "Let me look."
+    [call] = shown[1]["calls"]
+    assert call["name"] == "Bash" and call["result"]["text"] == "ci.yml"

@@ -116,6 +116,8 @@ def _text(content: Any) -> str:
                     parts.append(block["text"])
                 elif isinstance(block.get("refusal"), str):
                     parts.append("[refusal] " + block["refusal"])
+                elif block.get("type") == "tool_use":
+                    continue  # shown as the message's call (`_calls`)
                 else:
                     parts.append(f"[{block.get('type', 'block')}]")
         return "\n".join(parts)
@@ -139,7 +141,27 @@ def _calls(item: dict[str, Any]) -> list[Call]:
             out.append(
                 Call(_id(c.get("id", c.get("call_id"))), str(c.get("name", "?")), _json(args))
             )
+    content = item.get("content")
+    for block in content if isinstance(content, list) else []:
+        if isinstance(block, dict) and block.get("type") == "tool_use":  # Anthropic
+            out.append(
+                Call(_id(block.get("id")), str(block.get("name", "?")), _json(block.get("input")))
+            )
     return out
+
+
+def _tool_results(item: dict[str, Any], where: str) -> list[Message] | None:
+    """An Anthropic user message of `tool_result` blocks as one tool message per
+    block, each answering its `tool_use_id` (None: not such a message)."""
+    content = item.get("content")
+    if item.get("role") != "user" or not isinstance(content, list) or not content:
+        return None
+    if not all(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
+        return None
+    return [
+        Message("tool", _text(b.get("content")), where, b, answers=_id(b.get("tool_use_id")))
+        for b in content
+    ]
 
 
 def _id(value: Any) -> str | None:
@@ -196,4 +218,8 @@ def pair(messages: list[Message]) -> list[Message]:
 
 def conversation(items: list[tuple[str, Any]]) -> list[Message]:
     """(address, item) pairs, oldest first, as paired messages."""
-    return pair([message(item, where) for where, item in items])
+    out: list[Message] = []
+    for where, item in items:
+        results = _tool_results(item, where) if isinstance(item, dict) else None
+        out += results if results is not None else [message(item, where)]
+    return pair(out)
