@@ -150,6 +150,22 @@ def test_read_rolls_forward_what_the_kill_held_back(tmp_path: Path, how: str) ->
     assert raw(root, USER_SCOPE, "k") == "new" and raw(root, APP_SCOPE, "k") == "new"
 
 
+def test_a_restarted_service_rolls_forward_the_users_other_sessions(tmp_path: Path) -> None:
+    """S's append is killed after its commit; a new service's first read of the user,
+    through another session T, shows S's values."""
+    root = tmp_path / "store"
+    create(root, "s", "t", state={"user:k": "old"})
+    run_child("die-after-commit", str(root), "s", "k", "new")
+    assert raw(root, USER_SCOPE, "k") == "old"
+
+    async def check() -> None:
+        async with JournalSessionService(root) as svc:
+            t = await svc.get_session(app_name=APP, user_id=USER, session_id="t")
+            assert t is not None and t.state["user:k"] == "new" and t.state["app:k"] == "new"
+
+    asyncio.run(check())
+
+
 def test_next_append_rolls_forward_first(tmp_path: Path) -> None:
     root = tmp_path / "store"
     create(root, "s", state={"user:k": "old"})
@@ -189,8 +205,8 @@ def test_late_roll_forward_does_not_undo_a_later_write(tmp_path: Path) -> None:
 
     async def run() -> None:
         async with JournalSessionService(root) as svc:
-            t = await svc.get_session(app_name=APP, user_id=USER, session_id="t")
-            assert t is not None
+            # Built by hand: no read of the service rolls S's record forward.
+            t = Session(app_name=APP, user_id=USER, id="t", last_update_time=time.time() + 60)
             await svc.append_event(t, event("t", {"user:j": "from-t", "app:k": "from-t"}))
         assert raw(root, USER_SCOPE, "k") == "old"  # S's values are still held back
         async with JournalSessionService(root) as svc:
@@ -293,10 +309,10 @@ def test_kill_9_at_random_times_keeps_counters_exact(tmp_path: Path) -> None:
 
         async def check(rnd: int = rnd, acked: int = acked) -> int:
             async with JournalSessionService(root) as svc:
-                # The reads that roll forward every session of the user (a
-                # get_session rolls forward its own: the tests above).
-                readers = ["get_user_state", "list_sessions", "list_app_sessions"]
-                first = await read_back(svc, readers[rnd % 3], "ab"[rnd % 2])
+                # A fresh service's first read, whichever it is and through either
+                # session, applies what the kill held back.
+                readers = ["get_session", "get_user_state", "list_sessions", "list_app_sessions"]
+                first = await read_back(svc, readers[rnd % 4], rng.choice("ab"))
                 events = []
                 for sid in "ab":
                     s = await svc.get_session(app_name=APP, user_id=USER, session_id=sid)

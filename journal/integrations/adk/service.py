@@ -79,6 +79,10 @@ class JournalSessionService(BaseSessionService):
             self.store = Store(root, durability=durability, **store_options)
             self._owns_store = True
         self._closed = False
+        # (app, user) pairs whose sessions this service has rolled forward: once
+        # each, at its first read, so a process that restarts after a crash
+        # applies what the crash held back before it answers for that user.
+        self._users_rolled: set[tuple[str, str]] = set()
 
     # ------------------------------------------------------------ ADK methods
     @override
@@ -198,6 +202,17 @@ class JournalSessionService(BaseSessionService):
 
     def _user_state(self, app_name: str, user_id: str) -> dict[str, Any]:
         """The `user:` values, after rolling forward every session of the user."""
+        self._roll_forward_user(app_name, user_id)
+        return self._scoped(naming.user_scope(app_name, user_id))
+
+    def _first_touch(self, app_name: str, user_id: str) -> None:
+        """Roll forward the user's sessions if this service has not done so yet."""
+        if (app_name, user_id) not in self._users_rolled:
+            self._roll_forward_user(app_name, user_id)
+            self._users_rolled.add((app_name, user_id))
+
+    def _roll_forward_user(self, app_name: str, user_id: str) -> None:
+        """Apply the record of every session of the user (a catalog walk by owner)."""
         request = SessionPageRequest(owner_id=naming.owner_id(app_name, user_id), limit=500)
         while True:
             page = self.store.list_sessions_page(request)
@@ -212,12 +227,12 @@ class JournalSessionService(BaseSessionService):
             request = SessionPageRequest(
                 owner_id=request.owner_id, cursor=page.next_cursor, limit=500
             )
-        return self._scoped(naming.user_scope(app_name, user_id))
 
     def _create(
         self, app_name: str, user_id: str, state: dict[str, Any] | None, session_id: str | None
     ) -> Session:
         sid = (session_id.strip() if session_id else None) or uuid.uuid4().hex
+        self._first_touch(app_name, user_id)
         key = naming.session_key(app_name, user_id, sid)
         if self.store.load(key) is not None:
             raise AlreadyExistsError(f"Session with id {sid} already exists.")
@@ -264,6 +279,7 @@ class JournalSessionService(BaseSessionService):
         except NotFoundError:
             return None  # deleted since its checkpoint was read
         self._roll_forward(app_name, user_id, key, meta)
+        self._first_touch(app_name, user_id)
         session = Session(
             app_name=app_name,
             user_id=user_id,
