@@ -21,8 +21,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import journal  # noqa: E402
-from journal import Checkpoint  # noqa: E402
+import journal
+from journal import Checkpoint
 
 
 def build(root: str, n: int) -> None:

@@ -453,9 +453,7 @@ def _check_loose_json(cp: Checkpoint, context_start: int) -> None:
     fields = msgspec.structs.astuple(cp)
     typed = [fields[i] for i in _TYPED_INDEXES]
     loose = [fields[i] for i in _LOOSE_INDEXES]
-    messages = [
-        _astuple(m) if type(m) is QueuedMessage else m for m in fields[_MESSAGES_INDEX]
-    ]
+    messages = [_astuple(m) if type(m) is QueuedMessage else m for m in fields[_MESSAGES_INDEX]]
     if (
         _plain_json(typed, True)
         and _plain_json([loose, messages], False)
@@ -483,9 +481,7 @@ def _check_loose_json(cp: Checkpoint, context_start: int) -> None:
 # Fields of a Checkpoint whose values are Structs of its own types (the rest,
 # but the context and the queued messages, are loose JSON or plain scalars).
 _TYPED_FIELDS = frozenset({"session_context", "total_usage", "last_usage", "execution_stats"})
-_TYPED_INDEXES = [
-    i for i, name in enumerate(Checkpoint.__struct_fields__) if name in _TYPED_FIELDS
-]
+_TYPED_INDEXES = [i for i, name in enumerate(Checkpoint.__struct_fields__) if name in _TYPED_FIELDS]
 _MESSAGES_INDEX = Checkpoint.__struct_fields__.index("pending_messages")
 _LOOSE_INDEXES = [
     i

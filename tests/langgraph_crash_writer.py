@@ -34,8 +34,10 @@ def writer(root: str, tag: str, seed: int, ackfile: str) -> None:
     known: list[tuple[str, list[Any]]] = []
     if latest is not None:
         known.append(
-            (latest.config["configurable"]["checkpoint_id"],
-             list(latest.checkpoint["channel_values"].get("messages", [])))
+            (
+                latest.config["configurable"]["checkpoint_id"],
+                list(latest.checkpoint["channel_values"].get("messages", [])),
+            )
         )
     with open(ackfile, "a") as ack:
         step = 0

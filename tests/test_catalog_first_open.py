@@ -37,8 +37,7 @@ def test_threads_open_a_new_store_at_once(tmp_path: Path) -> None:
         root = tmp_path / f"store{trial}"
         errors: list[str] = []
         threads = [
-            threading.Thread(target=_open_and_save, args=(root, f"t{i}", errors))
-            for i in range(4)
+            threading.Thread(target=_open_and_save, args=(root, f"t{i}", errors)) for i in range(4)
         ]
         for t in threads:
             t.start()

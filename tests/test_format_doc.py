@@ -24,7 +24,6 @@ from journal import (
     record,
     segment,
     session,
-    store,
 )
 
 DOC = (Path(__file__).resolve().parent.parent / "FORMAT.md").read_text()

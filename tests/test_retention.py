@@ -51,8 +51,7 @@ def test_keep_last_keeps_the_newest_and_deletes_the_rest(tmp_path: Path) -> None
         _save(store, f"s{i}")
     order = [s.session_id for s in helpers.listed(store).values()]
     newest = [
-        s.session_id
-        for s in store.list_sessions_page(journal.SessionPageRequest(limit=2)).sessions
+        s.session_id for s in store.list_sessions_page(journal.SessionPageRequest(limit=2)).sessions
     ]
     dry = store.prune(keep_last=2)
     assert dry.dry_run and sorted(dry.deleted) == sorted(set(order) - set(newest))
