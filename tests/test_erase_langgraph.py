@@ -147,3 +147,17 @@ def test_prune_keep_latest_with_free_gives_the_bytes_back(tmp_path: Path) -> Non
             m.content for m in state.values["messages"]
         ]
         assert len(after) > len(state.values["messages"])
+
+
+def test_the_async_prune_frees_too(tmp_path: Path) -> None:
+    import asyncio
+
+    root = tmp_path / "store"
+    conf: Any = {"configurable": {"thread_id": "t"}, "recursion_limit": 300}
+    with JournalSaver(root) as saver:
+        app = graph(40).compile(checkpointer=saver)
+        app.invoke({"messages": [HumanMessage(content="why is CI red?")], "steps": 0}, conf)
+        sid = saver.session_id("t")
+        asyncio.run(saver.aprune(["t"], free=True))
+        evs = saver.store.event_page(sid, _page()).events
+        assert sum(is_erased(e) for e in evs) > 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -58,14 +59,22 @@ class ThreadedAsync(BaseCheckpointSaver[str]):
     async def adelete_thread(self, thread_id: str) -> None:
         await asyncio.to_thread(self.delete_thread, thread_id)
 
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await asyncio.to_thread(self.delete_for_runs, list(run_ids))
+    async def adelete_for_runs(self, run_ids: Sequence[str], *, free: bool = False) -> None:
+        """`free`: the journal saver's option, compact what is hidden (see `prune`)."""
+        options: dict[str, Any] = {"free": True} if free else {}
+        await asyncio.to_thread(functools.partial(self.delete_for_runs, list(run_ids), **options))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
 
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await asyncio.to_thread(self.prune, list(thread_ids), strategy=strategy)
+    async def aprune(
+        self, thread_ids: Sequence[str], *, strategy: str = "keep_latest", free: bool = False
+    ) -> None:
+        """`free`: the journal saver's option, compact what the prune hides."""
+        options: dict[str, Any] = {"strategy": strategy}
+        if free:
+            options["free"] = True
+        await asyncio.to_thread(functools.partial(self.prune, list(thread_ids), **options))
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
