@@ -748,6 +748,11 @@ def test_compact_export_import_and_repair_keep_it_readable(tmp_path: Path) -> No
         store.save_with_events(checkpoint("s", seq, context), [{"t": text(rng, 10)}], None, [])
         if seq == 20:
             store.spares.wait()  # the dictionary, early on
+    # On a loaded machine the training can finish after the loop: wait for it, and
+    # one more save writes its record.
+    store.spares.wait()
+    context = [*context, {"role": "assistant", "content": text(rng)}]
+    store.save_with_events(checkpoint("s", 120, context), [{"t": text(rng, 10)}], None, [])
     sdir = store.session_dir("s")
     assert dictionary_records(store, "s")
     store.close()
