@@ -470,7 +470,7 @@ def test_methods_do_not_block_the_event_loop(tmp_path: Path) -> None:
 
         import threading
 
-        from journal.integrations.adk.dirlock import DirLock
+        from journal.integrations.dirlock import DirLock
 
         release = threading.Event()
         held = threading.Event()

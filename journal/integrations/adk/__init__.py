@@ -28,8 +28,16 @@
 
 Modules: `service` (the calls), `records` (what a commit holds and how it reads
 back), `naming` (ids and state scopes), `scoped` (stamped `app:`/`user:` values
-and their roll forward), `chain` (events across forks), `dirlock` (the lock a
-write holds across processes), `uri` (the URI scheme).
+and their roll forward), `chain` (events across forks), `uri` (the URI scheme).
+
+Across processes a write holds `journal.integrations.dirlock.DirLock` on the
+session directory: `append_event` reads the session's checkpoint and commits
+the next one under it, and `delete_session` deletes under it, so an append never
+re-creates a session a delete has just removed (a journal save to a missing id
+creates one); `scoped` takes it on an `app:`/`user:` scope's state directory to
+compare and write stamped values. Without `fcntl` (Windows) nothing is locked:
+only the sequence rule orders appends, and two processes writing one
+`app:`/`user:` key at once may leave the lower stamp.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ from typing import Any
 
 from journal import CorruptionError, Store
 
+from ..dirlock import DirLock
 from . import naming
-from .dirlock import DirLock
 
 Stamp = tuple[int, str, int]
 NONE: Stamp = (-1, "", -1)
@@ -100,7 +100,9 @@ def _write_newer(store: Store, scope: str, delta: dict[str, Any], stamp: Stamp) 
     directory yet has no values to lose: the first pass writes unlocked (making the
     directory), and a second pass under its lock redoes the comparison."""
     while True:
-        with DirLock(store.state.scope_dir(scope), store.options.lock_timeout) as locked:
+        with DirLock(
+            store.state.scope_dir(scope), store.options.lock_timeout, "ADK state lock"
+        ) as locked:
             for key, value in delta.items():
                 if stamp_of(store, scope, key) < stamp:
                     store.save_state(

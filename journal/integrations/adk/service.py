@@ -41,9 +41,9 @@ from journal import (
     TimestampedEvent,
 )
 
+from ..dirlock import DirLock
 from . import naming, scoped
 from .chain import find_fork_point, read_events, sources
-from .dirlock import DirLock
 from .records import encode_event, first_user_text, marker, meta_of, new_meta
 
 _T = TypeVar("_T")
@@ -352,14 +352,16 @@ class JournalSessionService(BaseSessionService):
         timeout = self.store.options.lock_timeout
         with contextlib.ExitStack() as held:
             for path in sorted(self.store.session_dir(k) for k in tree):
-                held.enter_context(DirLock(path, timeout))
+                held.enter_context(DirLock(path, timeout, "ADK session lock"))
             self.store.delete_sessions([key])
 
     def _append(self, session: Session, event: AdkEvent) -> str:
         app_name, user_id = session.app_name, session.user_id
         key = naming.session_key(app_name, user_id, session.id)
         deltas = _session_util.extract_json_safe_state_delta(event.actions.state_delta or {})
-        with DirLock(self.store.session_dir(key), self.store.options.lock_timeout) as exists:
+        with DirLock(
+            self.store.session_dir(key), self.store.options.lock_timeout, "ADK session lock"
+        ) as exists:
             cp = self.store.load(key) if exists else None
             if cp is None:
                 raise SessionNotFoundError(f"Session {session.id} not found.")
