@@ -34,6 +34,10 @@ def _modules() -> set[str]:
         for p in (PACKAGE / "integrations").iterdir()
         if p.is_dir() and (p / "__init__.py").exists()
     }
+    # modules the integrations share (journal/integrations/dirlock.py)
+    packages |= {f"integrations/{p.name}" for p in (PACKAGE / "integrations").glob("*.py")} - {
+        "integrations/__init__.py"
+    }
     # the other subpackages (journal/viewer/) are one row each, like the integrations
     packages |= {f"{p.parent.name}/" for p in PACKAGE.glob("*/__init__.py")} - {"integrations/"}
     return top | packages
