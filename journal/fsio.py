@@ -444,8 +444,12 @@ def write_file(path: str, data: bytes, *, durable: bool, sync_content: bool = Fa
             pwrite(fd, data, 0, tmp)
             if durable or sync_content:
                 sync_file(fd, tmp)
-        finally:
-            os.close(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)  # the write's error is the one to report
+            raise
+        with _context("close", tmp):
+            os.close(fd)  # an error here (EIO on a lost disk) may mean lost data
         replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
