@@ -122,12 +122,7 @@ class TreeOps:
         *,
         metadata: dict[str, Any] | None = None,
     ) -> SessionSummary:
-        """Fork a child whose context is the parent's context exactly as saved at `parent_sequence`.
-
-        Builds the child checkpoint from `checkpoint_at(parent, parent_sequence)`
-        (context, first user message, model route, session context without its
-        origin label, metadata unless given) so the caller need not reassemble it.
-        """
+        """`Store.fork_at` (which documents it): the child built from `checkpoint_at`."""
         validate.validate_session_id(child_session_id)
         source = self.store.checkpoint_at(parent_session_id, parent_sequence)
         if source is None:
