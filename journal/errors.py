@@ -104,3 +104,30 @@ __all__ = [
     "StorageError",
     "UnfinishedSessionError",
 ]
+
+
+class ReplicaError(JournalError):
+    """Replication to an object store failed (journal[s3]); the message names the
+    endpoint, bucket and key when they are known."""
+
+
+class ReplicaUnavailableError(ReplicaError):
+    """The object store did not answer (connection refused or dropped, timeouts, 5xx)
+    after the retries. A sync-mode commit that raises it is durable locally but not
+    acknowledged; the next successful ship carries it."""
+
+
+class ReplicaCorruptionError(ReplicaError, CorruptionError):
+    """An object in the bucket fails its checks (magic, CRC, SHA-256, a gap or an
+    overlap in a session's chain); the message names the key and what is wrong."""
+
+
+class ReplicaDivergedError(ReplicaError):
+    """The local log and the bucket disagree about bytes both hold (for example a
+    local repair cut commits that were shipped, then wrote others in their place)."""
+
+
+class FencedError(ReplicaError):
+    """Another host took over this session (`Store.take_over`): this store may no longer
+    write it. Nothing it writes after the fence reaches the bucket, a restore or the
+    new writer."""

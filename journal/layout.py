@@ -37,6 +37,7 @@ INTENT_PREFIX = "delete-"  # a delete intent's file name prefix, in txn/
 SPARE_PREFIX = "spare-"  # a spare session directory's name prefix, in tmp/
 CATALOG_BROKEN_PREFIX = "catalog.broken."  # a catalog set aside as undecodable
 RETENTION_STAMP_FILE = "retention.last"  # its mtime: when a retention run last began
+REPLICA_ID_FILE = "replica.id"  # the writer id this root ships to a bucket under (journal[s3])
 # The directories every store has, and those a failed creation may leave behind.
 CORE_DIRS = (SESSIONS_DIR, TMP_DIR, STATE_DIR)
 LEFTOVER_DIRS = frozenset({*CORE_DIRS, TXN_DIR, TRASH_DIR, CATALOG_DIR, PROCS_DIR})
