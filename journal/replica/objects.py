@@ -192,17 +192,21 @@ class ObjectStore:
         for attempt in range(1, self.max_attempts + 1):
             try:
                 resp = self._client.get_object(Bucket=self.bucket, Key=key)
-                body = resp["Body"].read()
-                return bytes(body), _unquote(resp.get("ETag", ""))
             except self._exc.ClientError as exc:
                 if _code(exc) in ("NoSuchKey", "404", "NotFound"):
                     return None
                 self._raise("GET", key, exc)
             except self._exc.BotoCoreError as exc:
-                # a body cut off mid-read is not retried by botocore (the answer had come)
-                streaming = isinstance(exc, self._streaming_errors())
-                if not streaming or attempt == self.max_attempts:
+                self._raise("GET", key, exc)
+            try:
+                body = resp["Body"].read()
+            except self._exc.BotoCoreError as exc:
+                # a body cut off or stalled mid-read: botocore had its answer, so it does
+                # not retry; this does, within the same bound
+                if attempt == self.max_attempts:
                     self._raise("GET", key, exc)
+                continue
+            return bytes(body), _unquote(resp.get("ETag", ""))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def list(
@@ -281,6 +285,16 @@ class ObjectStore:
         except self._exc.BotoCoreError as exc:
             self._raise("CREATE bucket", "", exc)
 
+    def delete_bucket(self) -> None:
+        """Remove the (empty) bucket; one that does not exist is fine."""
+        try:
+            self._client.delete_bucket(Bucket=self.bucket)
+        except self._exc.ClientError as exc:
+            if _code(exc) != "NoSuchBucket":
+                self._raise("DELETE bucket", "", exc)
+        except self._exc.BotoCoreError as exc:
+            self._raise("DELETE bucket", "", exc)
+
     # -- inside --------------------------------------------------------------------
 
     def _put_args(self, key: str, body: bytes) -> dict[str, Any]:
@@ -317,10 +331,6 @@ class ObjectStore:
             return fn()
         except (self._exc.ClientError, self._exc.BotoCoreError) as exc:
             self._raise(op, key, exc)
-
-    def _streaming_errors(self) -> tuple[type[BaseException], ...]:
-        names = ("ResponseStreamingError", "IncompleteReadError", "ReadTimeoutError")
-        return tuple(getattr(self._exc, n) for n in names if hasattr(self._exc, n))
 
     def _raise(self, op: str, key: str, exc: BaseException) -> NoReturn:
         """Raise the journal error for a botocore/boto3 exception of `op` on `key`."""
