@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from .errors import (
     ContractViolationError,
@@ -94,6 +94,9 @@ def open(
     read_only: bool = False,
     dictionary: bool = True,
     retention: RetentionPolicy | None = None,
+    replica: str | None = None,
+    replica_mode: Literal["sync", "async"] = "async",
+    replica_lag: float = 1.0,
 ) -> Store:
     """Open (creating if needed) the store at `root`.
 
@@ -102,7 +105,15 @@ def open(
     crash but not a power loss), segment_bytes, lock_timeout, max_record_bytes,
     max_open_sessions, read_cache_bytes (memory for records read again; 0: none),
     create, read_only, dictionary (True: compress each session's records with a zstd
-    dictionary trained on its first ones, FORMAT.md section 3).
+    dictionary trained on its first ones, FORMAT.md section 3), retention (a policy
+    the store applies in the background, docs/retention.md).
+
+    Replication (the `journal[s3]` extra, docs/replication.md): `replica`
+    ("s3://bucket/prefix"; endpoint and credentials from the AWS_* environment)
+    ships every commit to an object store. `replica_mode` "sync": a call returns
+    once its commit is durable locally and in the bucket; "async" (default): a
+    background shipper sends commits within about `replica_lag` seconds,
+    batching them, and `store.flush()` waits for it.
     """
     return Store(
         root,
@@ -116,6 +127,9 @@ def open(
         read_only=read_only,
         dictionary=dictionary,
         retention=retention,
+        replica=replica,
+        replica_mode=replica_mode,
+        replica_lag=replica_lag,
     )
 
 

@@ -12,7 +12,7 @@ import datetime
 import functools
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from .reader import SessionReader
 from .retention import PruneReport, RetentionPolicy
@@ -50,6 +50,12 @@ class AsyncStore:
 
     async def delete_sessions(self, session_ids: Sequence[str]) -> bool:
         return await asyncio.to_thread(self.sync.delete_sessions, list(session_ids))
+
+    async def take_over(self, session_id: str) -> SessionSummary | None:
+        return await asyncio.to_thread(self.sync.take_over, session_id)
+
+    async def flush(self) -> None:
+        return await asyncio.to_thread(self.sync.flush)
 
     async def prune(
         self,
@@ -225,6 +231,9 @@ async def open_async(
     read_only: bool = False,
     dictionary: bool = True,
     retention: RetentionPolicy | None = None,
+    replica: str | None = None,
+    replica_mode: Literal["sync", "async"] = "async",
+    replica_lag: float = 1.0,
 ) -> AsyncStore:
     """Open a store for asyncio use (the opening itself also runs off the loop);
     the options are `journal.open`'s."""
@@ -242,6 +251,9 @@ async def open_async(
             read_only=read_only,
             dictionary=dictionary,
             retention=retention,
+            replica=replica,
+            replica_mode=replica_mode,
+            replica_lag=replica_lag,
         )
     )
     return AsyncStore(store)

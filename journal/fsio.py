@@ -457,3 +457,33 @@ def write_file(path: str, data: bytes, *, durable: bool, sync_content: bool = Fa
         raise
     if durable:
         sync_dir(directory)
+
+
+def create_new(path: str, data: bytes) -> bool:
+    """Create `path` holding `data` durably unless it exists (False then, and nothing
+    changes): written whole to a temp file, fsynced, linked to `path` (a link never
+    replaces a file, so of two racing creators exactly one wins), then the directory
+    is fsynced. Readers never see a partial file."""
+    directory = os.path.dirname(path) or "."
+    tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident():x}"
+    with _context("create", tmp):
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        try:
+            pwrite(fd, data, 0, tmp)
+            sync_file(fd, tmp)
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        try:
+            with _context(f"link to {path}", tmp):
+                os.link(tmp, path)
+        except StorageError as exc:
+            if isinstance(exc.__cause__, FileExistsError):
+                return False
+            raise
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    sync_dir(directory)
+    return True

@@ -112,3 +112,101 @@ def dir_name(ident: str) -> str:
     else:
         slug = _SLUG_BAD.sub("_", lower)[:SLUG_MAX].strip("_")
     return f"{slug}-{tag}" if slug else tag
+
+
+# ------------------------------------------------ in a bucket (FORMAT.md section 14)
+REPLICA_MARKER = "JOURNAL-REPLICA"  # at the prefix: marks it as a journal replica
+REPLICA_SESSIONS = "sessions"  # sessions/<dir>/{chunks/,merged/,lease,floor}
+REPLICA_HEADS = "heads"  # heads/<dir>: one small summary per session
+REPLICA_STATE = "state"  # state/<scope dir>/<key dir>/<version>
+_SLOT_DIGITS = 20
+
+
+def _bucket_key(prefix: str, *parts: str) -> str:
+    return "/".join((prefix, *parts)) if prefix else "/".join(parts)
+
+
+def replica_marker_key(prefix: str) -> str:
+    return _bucket_key(prefix, REPLICA_MARKER)
+
+
+def replica_sessions_prefix(prefix: str) -> str:
+    return _bucket_key(prefix, REPLICA_SESSIONS, "")
+
+
+def replica_chunks_prefix(prefix: str, dir_name: str) -> str:
+    return _bucket_key(prefix, REPLICA_SESSIONS, dir_name, "chunks", "")
+
+
+def replica_chunk_key(prefix: str, dir_name: str, n: int) -> str:
+    return replica_chunks_prefix(prefix, dir_name) + f"{n:0{_SLOT_DIGITS}d}"
+
+
+def replica_merged_prefix(prefix: str, dir_name: str) -> str:
+    return _bucket_key(prefix, REPLICA_SESSIONS, dir_name, "merged", "")
+
+
+def replica_merged_key(prefix: str, dir_name: str, first: int, last: int) -> str:
+    return (
+        replica_merged_prefix(prefix, dir_name)
+        + f"{first:0{_SLOT_DIGITS}d}-{last:0{_SLOT_DIGITS}d}"
+    )
+
+
+def replica_lease_key(prefix: str, dir_name: str) -> str:
+    return _bucket_key(prefix, REPLICA_SESSIONS, dir_name, "lease")
+
+
+def replica_floor_key(prefix: str, dir_name: str) -> str:
+    return _bucket_key(prefix, REPLICA_SESSIONS, dir_name, "floor")
+
+
+def replica_heads_prefix(prefix: str) -> str:
+    return _bucket_key(prefix, REPLICA_HEADS, "")
+
+
+def replica_head_key(prefix: str, dir_name: str) -> str:
+    return replica_heads_prefix(prefix) + dir_name
+
+
+def replica_state_prefix(prefix: str) -> str:
+    return _bucket_key(prefix, REPLICA_STATE, "")
+
+
+def replica_state_key(
+    prefix: str, scope_dir: str, key_dir: str, at_ms: int, writer_hex: str, counter: int
+) -> str:
+    return (
+        replica_state_prefix(prefix)
+        + f"{scope_dir}/{key_dir}/{at_ms:016d}-{writer_hex}-{counter:08d}"
+    )
+
+
+def parse_replica_slot(name: str) -> int | None:
+    """The slot number of a chunk object's last name part (None: not a chunk name)."""
+    last = name.rsplit("/", 1)[-1]
+    if len(last) != _SLOT_DIGITS or not last.isdigit():
+        return None
+    return int(last)
+
+
+def parse_replica_merged(name: str) -> tuple[int, int] | None:
+    """(first, last) of a merged object's name (None: not one)."""
+    first, _, last = name.rsplit("/", 1)[-1].partition("-")
+    if len(first) != _SLOT_DIGITS or len(last) != _SLOT_DIGITS:
+        return None
+    if not (first.isdigit() and last.isdigit()) or int(last) < int(first):
+        return None
+    return int(first), int(last)
+
+
+def parse_replica_state(name: str) -> tuple[str, str, int] | None:
+    """(scope dir, key dir, at_ms) of a state version's name below state/."""
+    parts = name.split("/")
+    if len(parts) < 3:
+        return None
+    scope, key, version = parts[-3:]
+    at, _, _ = version.partition("-")
+    if len(at) != 16 or not at.isdigit():
+        return None
+    return scope, key, int(at)

@@ -78,6 +78,7 @@ from .types import (
 
 if TYPE_CHECKING:
     from .compact import CompactReport
+    from .replica.replicator import Replicator
 
 Durability = Literal["fsync", "os"]
 
@@ -110,6 +111,9 @@ class Store:
         read_only: bool = False,
         dictionary: bool = True,
         retention: RetentionPolicy | None = None,
+        replica: str | None = None,
+        replica_mode: Literal["sync", "async"] = "async",
+        replica_lag: float = 1.0,
     ):
         if durability not in ("fsync", "os"):
             raise InvalidInputError(f"durability must be 'fsync' or 'os', not {durability!r}")
@@ -178,6 +182,25 @@ class Store:
         self.retention_job: RetentionJob | None = None
         if self.retention is not None and not read_only:
             self.retention_job = RetentionJob(self, self.retention)
+        # Replication to an object store (journal[s3], journal/replica/): None without.
+        self.replica: Replicator | None = None
+        if replica is not None:
+            self.replica = self._open_replica(replica, replica_mode, replica_lag)
+
+    def _open_replica(
+        self, replica: str, mode: Literal["sync", "async"], lag: float
+    ) -> Replicator:
+        if self.read_only:
+            raise InvalidInputError("replica: a read-only store ships nothing")
+        from .replica.replicator import Replicator
+
+        try:
+            return Replicator(
+                self.root, replica, mode=mode, lag=lag, summary_of=self.session_summary
+            )
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def catalog(self) -> Catalog:
@@ -194,8 +217,27 @@ class Store:
             raise InvalidInputError(f"{what}: this store was opened read-only")
 
     def _read(self, session_id: str, fn: Callable[[Session], T], absent: Callable[[], T]) -> T:
-        """`fn` of a session's current state; `absent()` answers for a missing one."""
-        return read_session(self.open_sessions, session_id, fn, absent)
+        """`fn` of a session's current state; `absent()` answers for a missing one
+        (with a replica: once the bucket is asked for it, `_fetch_missing`)."""
+        if self.replica is None:
+            return read_session(self.open_sessions, session_id, fn, absent)
+
+        def fetched() -> T:
+            if self._fetch_missing(session_id):
+                return read_session(self.open_sessions, session_id, fn, absent)
+            return absent()
+
+        return read_session(self.open_sessions, session_id, fn, fetched)
+
+    def _fetch_missing(self, session_id: str) -> bool:
+        """Install a session this store does not have from its replica, if the bucket
+        holds it (a store opened with `replica=` on an empty root fetches each session
+        on first access). Whether it was installed."""
+        if self.replica is None or self.read_only:
+            return False
+        from .replica.install import fetch_session
+
+        return fetch_session(self, self.replica, session_id)
 
     # -------------------------------------------------------------- checkpoint
     @guarded
@@ -245,6 +287,22 @@ class Store:
             start = min(len(sess.head.context), len(cp.context))
         validate.validate_checkpoint(cp, context_start=start)
         items, rec, evs = save_parts(cp, start, transcript_delta, execution, events)
+        if self.replica is None:
+            return self._save(sess, cp, items, rec, evs, start)
+        self.replica.before_write(cp.session_id)
+        journal = self._save(sess, cp, items, rec, evs, start)
+        self.replica.committed(cp.session_id)
+        return journal
+
+    def _save(
+        self,
+        sess: Session | None,
+        cp: Checkpoint,
+        items: list[Any],
+        rec: ExecutionRecord | None,
+        evs: list[TimestampedEvent],
+        start: int,
+    ) -> list[JournalEvent]:
         self.registry.note(dir_name(cp.session_id))
         now = int(time.time())
         for _ in range(8):
@@ -371,6 +429,18 @@ class Store:
             validate.validate_sequence(expected_latest, "expected_latest")
         ev: Event = event if type(event) is Event else coerce(event, Event, "event")
         validate.validate_event(ev)
+        if self.replica is None:
+            return self._append(session_id, recorded_at_ms, ev, expected_latest)
+        self.replica.before_write(session_id)
+        if not self.open_sessions.cached(session_id):
+            self._fetch_missing(session_id)
+        appended = self._append(session_id, recorded_at_ms, ev, expected_latest)
+        self.replica.committed(session_id)
+        return appended
+
+    def _append(
+        self, session_id: str, recorded_at_ms: int, ev: Event, expected_latest: int | None
+    ) -> JournalEvent:
         # The cached session unchecked: the checks a deleted session fails run under
         # its lock anyway (two stats fewer per append); if it is gone, open afresh.
         sess = self.open_sessions.cached(session_id)
@@ -473,6 +543,8 @@ class Store:
                 " finished now; nothing was written"
             )
         self.state.save(scope, key, value)
+        if self.replica is not None:
+            self.replica.state_saved(scope, key)
 
     # ----------------------------------------------------------------- catalog
     @guarded
@@ -552,7 +624,15 @@ class Store:
     ) -> SessionSummary:
         """Create a clean child session at an exact durable parent sequence."""
         self._writable("fork")
-        return self.trees.fork(parent_session_id, parent_sequence, checkpoint)
+        if self.replica is None:
+            return self.trees.fork(parent_session_id, parent_sequence, checkpoint)
+        child = coerce(checkpoint, Checkpoint, "checkpoint").session_id
+        validate.validate_session_id(child)
+        self.replica.before_write(child)
+        self._fetch_missing(parent_session_id)
+        summary = self.trees.fork(parent_session_id, parent_sequence, checkpoint)
+        self.replica.committed(child)
+        return summary
 
     @guarded
     def fork_at(
@@ -570,9 +650,18 @@ class Store:
         origin label, metadata unless given) so the caller need not reassemble it.
         """
         self._writable("fork")
-        return self.trees.fork_at(
+        if self.replica is None:
+            return self.trees.fork_at(
+                parent_session_id, parent_sequence, child_session_id, metadata=metadata
+            )
+        validate.validate_session_id(child_session_id)
+        self.replica.before_write(child_session_id)
+        self._fetch_missing(parent_session_id)
+        summary = self.trees.fork_at(
             parent_session_id, parent_sequence, child_session_id, metadata=metadata
         )
+        self.replica.committed(child_session_id)
+        return summary
 
     @guarded
     def delete_sessions(self, session_ids: Sequence[str]) -> bool:
@@ -581,6 +670,10 @@ class Store:
         Returns False, deleting nothing, when any selected session is absent.
         """
         self._writable("delete_sessions")
+        if self.replica is not None:
+            for sid in session_ids:
+                if isinstance(sid, str):
+                    self.replica.before_write(sid)
         return self.trees.delete_sessions(session_ids)
 
     @guarded
@@ -677,8 +770,31 @@ class Store:
         return identity_key(self.session_dir(session_id))
 
     @guarded
+    def take_over(self, session_id: str) -> SessionSummary | None:
+        """Make this store the session's only writer across hosts sharing its replica.
+
+        Raises the session's lease epoch, fences the previous writer (its every write
+        from then on fails with `FencedError`, and none of them reaches the bucket,
+        a restore or this store), fetches what the bucket holds and makes this
+        store's copy equal to it; this store's writes then continue its sequences.
+        The session's summary, or None when the bucket holds no live session of
+        that id (this store may create it). Needs `replica=`.
+        """
+        self._writable("take_over")
+        validate.validate_session_id(session_id)
+        if self.replica is None:
+            raise InvalidInputError("take_over: this store was opened without replica=")
+        from .replica.install import take_over
+
+        return take_over(self, self.replica, session_id)
+
+    @guarded
     def flush(self) -> None:
-        """Write every open session's caches (indexes, snapshot). Never needed for safety."""
+        """Write every open session's caches (indexes, snapshot), and with a replica,
+        wait until every commit made before the call is in the bucket (raising what
+        kept one out). The caches are never needed for safety."""
+        if self.replica is not None:
+            self.replica.flush()
         if self.read_only or not self.guard.is_same():
             return  # caches are written by path: never into another directory's tree
         for sess in self.open_sessions.pin_all():  # pinned: nobody closes them under us
@@ -694,6 +810,9 @@ class Store:
         """Flush caches and release files. The store object is unusable afterwards."""
         if self.open_sessions.closed:
             return
+        if self.replica is not None:
+            replica, self.replica = self.replica, None
+            replica.close()
         self.flush()
         self.upkeep.announce_again()  # what still fails is left to the next open (below)
         self.open_sessions.close()  # those a call still uses are closed when it ends

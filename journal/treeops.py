@@ -221,6 +221,8 @@ class TreeOps:
     def _deleted(self, closure: list[str]) -> None:
         self.store.open_sessions.drop(closure, deleted=True)
         self.store.tree.empty_trash_soon()
+        if self.store.replica is not None:
+            self.store.replica.deleted(closure)
 
     def _present(self, session_id: str) -> bool:
         """Whether a session to delete is there (a damaged one is: deleting is how to

@@ -28,7 +28,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 fi
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[test,langgraph,openai-agents,conformance,pydantic-ai,adk,claude-agent-sdk,langgraph-server]'
+.venv/bin/python -m pip install -q -e '.[test,langgraph,openai-agents,conformance,pydantic-ai,adk,claude-agent-sdk,langgraph-server,s3]'
 .venv/bin/ruff check journal tests benchmarks
 .venv/bin/mypy journal
 .venv/bin/python -m pytest -q
