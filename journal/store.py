@@ -187,9 +187,7 @@ class Store:
         if replica is not None:
             self.replica = self._open_replica(replica, replica_mode, replica_lag)
 
-    def _open_replica(
-        self, replica: str, mode: Literal["sync", "async"], lag: float
-    ) -> Replicator:
+    def _open_replica(self, replica: str, mode: Literal["sync", "async"], lag: float) -> Replicator:
         if self.read_only:
             raise InvalidInputError("replica: a read-only store ships nothing")
         from .replica.replicator import Replicator

@@ -11,6 +11,7 @@ import textwrap
 from typing import Any
 
 import pytest
+from helpers import checkpoint, item
 
 import journal
 from journal import (
@@ -22,8 +23,6 @@ from journal import (
     TimestampedEvent,
     TranscriptPageRequest,
 )
-
-from helpers import checkpoint, item
 
 pytestmark = pytest.mark.replica
 
