@@ -32,6 +32,7 @@ from . import (
     cli_log,
     cli_maint,
     cli_read,
+    cli_replica,
 )
 from .cli_common import (
     DEFAULT_ROOT,
@@ -132,6 +133,7 @@ def build_parser(command: str | None = None) -> Parser:
     cli_import.add_parsers(add)
     cli_damage.add_parsers(add)
     cli_gc.add_parsers(add)
+    cli_replica.add_parsers(add)
     viewer_command.add_parsers(add)
     return parser
 

@@ -69,6 +69,10 @@ def parse_cursor(text: str) -> SessionCursor:
 
 
 def cmd_ls(args: argparse.Namespace, out: Output) -> int:
+    if args.replica is not None:
+        from .cli_replica import cmd_ls_replica
+
+        return cmd_ls_replica(args, out)
     with open_store(args) as store:
         cursor = parse_cursor(args.before) if args.before else None
         listed: list[SessionSummary] = []
@@ -531,6 +535,11 @@ def add_parsers(add: Add) -> None:
             help="the page after this cursor, as printed when more exist (default: the newest)",
         )
         p.add_argument("--all", action="store_true", help="every page, not only the first")
+        p.add_argument(
+            "--replica",
+            metavar="URL",
+            help="list the sessions an S3 bucket holds (s3://bucket/prefix) instead of --root's",
+        )
     if p := add(
         "show", cmd_show, "summary, latest checkpoint header, sizes and lineage of a session"
     ):

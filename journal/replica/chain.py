@@ -82,23 +82,18 @@ def read_chain(
         )
         if n is not None
     ]
-    merged: dict[int, tuple[int, str]] = {}
-    for info in objects.list(ck.merged_prefix(prefix, dir_name)):
-        span = parse_replica_merged(info.key)
-        if span is not None and span[1] >= first:
-            best = merged.get(span[0])
-            if best is None or best[0] < span[1]:
-                merged[span[0]] = (span[1], info.key)
-    end = max([*slots, *(last for last, _ in merged.values())], default=first - 1)
+    spans = _merged_spans(objects, prefix, dir_name, first)
+    end = max([*slots, *(hi for _, hi, _ in spans)], default=first - 1)
     have = set(slots)
-    # Plan: merged objects where they start at the next slot needed, chunks elsewhere.
+    # Plan: a merged object wherever one holds the next slot needed, chunks elsewhere.
     plan: list[tuple[str, int, int]] = []  # (key, first, last)
     n = first
     while n <= end:
-        if n in merged and merged[n][0] >= n:
-            last, key = merged[n]
-            plan.append((key, n, last))
-            n = last + 1
+        holding = [(hi, lo, key) for lo, hi, key in spans if lo <= n <= hi]
+        if holding:
+            hi, lo, key = max(holding)
+            plan.append((key, lo, hi))
+            n = hi + 1
         elif n in have:
             plan.append((ck.chunk_key(prefix, dir_name, n), n, n))
             n += 1
@@ -119,11 +114,36 @@ def read_chain(
 
     with ThreadPoolExecutor(max_workers=FETCHERS) as pool:
         parts = list(pool.map(fetch, plan))
-    chunks = [c for part in parts for c in part]
-    if start is not None and chunks and start > first:
-        chunks = [c for c in chunks if c.n >= start]
+    chunks = [c for part in parts for c in part if c.n >= first]
     check_chain(chunks, dir_name, prefix)
     return chunks
+
+
+def _merged_spans(
+    objects: ObjectStore, prefix: str, dir_name: str, first: int
+) -> list[tuple[int, int, str]]:
+    """(first, last, key) of the merged objects holding slots from `first` on."""
+    spans = []
+    for info in objects.list(ck.merged_prefix(prefix, dir_name)):
+        span = parse_replica_merged(info.key)
+        if span is not None and span[1] >= first:
+            spans.append((span[0], span[1], info.key))
+    return spans
+
+
+def get_chunk(objects: ObjectStore, prefix: str, dir_name: str, n: int) -> ck.Chunk | None:
+    """Chunk `n` of the chain, from its own object or from a merged object holding
+    it (a prune removes singles that merged objects hold); None when neither has it."""
+    key = ck.chunk_key(prefix, dir_name, n)
+    got = objects.get(key)
+    if got is not None:
+        return ck.decode_chunk(got[0], key=key, n=n)
+    for lo, hi, merged in _merged_spans(objects, prefix, dir_name, n):
+        if lo <= n <= hi:
+            data = objects.get(merged)
+            if data is not None:
+                return ck.split_merged(data[0], merged, lo, hi)[n - lo]
+    return None
 
 
 def check_chain(chunks: list[ck.Chunk], dir_name: str, prefix: str) -> None:

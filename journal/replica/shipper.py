@@ -25,6 +25,7 @@ from ..errors import FencedError, ReplicaCorruptionError, ReplicaDivergedError
 from ..layout import parse_replica_slot
 from . import chunk as ck
 from . import lease as leases
+from .chain import get_chunk
 from .objects import ObjectStore
 from .tail import identity_bytes, read_tail
 
@@ -74,6 +75,7 @@ class SessionShipper:
         self.fenced = ""  # why this shipper may not write again
         self.unmerged: list[tuple[int, bytes]] = []  # (n, object) put since the last merge
         self.last_ship_ms = 0
+        self.newest_shipped_ms = 0  # shipped_at_ms of the chain's newest chunk, as located
 
     # ------------------------------------------------------------------ keys
     def _key(self, n: int) -> str:
@@ -83,11 +85,7 @@ class SessionShipper:
         return ck.lease_key(self.ctx.prefix, self.dir_name)
 
     def _get_chunk(self, n: int) -> ck.Chunk | None:
-        key = self._key(n)
-        got = self.ctx.objects.get(key)
-        if got is None:
-            return None
-        return ck.decode_chunk(got[0], key=key, n=n)
+        return get_chunk(self.ctx.objects, self.ctx.prefix, self.dir_name, n)
 
     # ---------------------------------------------------------------- resume
     def prepare(self) -> None:
@@ -99,7 +97,7 @@ class SessionShipper:
         self.epoch = leases.claim(
             self.ctx.objects, self._lease_key(), self.ctx.writer, self.session_id
         )
-        self._resume()
+        self.locate()
         self.ready = True
 
     def _chain_keys_after(self, n: int) -> list[int]:
@@ -113,7 +111,7 @@ class SessionShipper:
                 found.append(slot)
         return found
 
-    def _resume(self) -> None:
+    def locate(self) -> None:
         """Find the chain's end and this directory's place in it (the head object is
         a hint that bounds the listing; the chunks themselves decide)."""
         head = ck.read_head(self.ctx.objects, self.ctx.prefix, self.dir_name)
@@ -145,6 +143,8 @@ class SessionShipper:
                 if c.kind == ck.KIND_DELETE or (n <= hint and begin_n >= 0):
                     break
             n -= 1
+        if newest is not None:
+            self.newest_shipped_ms = newest.shipped_at_ms
         if newest is None or newest.kind == ck.KIND_DELETE or begin_n < 0:
             self.live, self.begin_n, self.shipped_end = False, -1, 0
             return
