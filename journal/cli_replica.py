@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import signal
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -69,6 +70,9 @@ def cmd_replicate(args: argparse.Namespace, out: Output) -> int:
     )
     if not out.json:
         print(f"journal: replicating {args.root} to {args.to}", file=sys.stderr)
+    # SIGTERM (a service manager stopping it) ends the loop; what is shipped is
+    # flushed on the way out, as after Ctrl-C.
+    signal.signal(signal.SIGTERM, lambda *_: follower.stop.set())
     try:
         follower.run(once=args.once)
     finally:

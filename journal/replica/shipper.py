@@ -17,6 +17,7 @@ decided by clocks.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -154,6 +155,10 @@ class SessionShipper:
                 f"chain of session {self.session_id!r}: {self._key(begin_n)!r} is not the"
                 " BEGIN chunk the head object names"
             )
+        if not os.path.isdir(self.directory):
+            # Deleted here (a DELETE is what a shipper does with it now).
+            self.live, self.begin_n, self.shipped_end = True, begin_n, -1
+            return
         if begin.body != identity_bytes(self.directory):
             # The chain's live incarnation is another one: this directory is the
             # session created again; its first ship deletes that one and begins anew.

@@ -25,7 +25,10 @@ from ..errors import CorruptionError, JournalError
 from ..layout import IDENTITY_FILE, LOG_DIR, SESSIONS_DIR, STATE_DIR
 from ..sessiondir import read_identity
 from ..state import read_value
+from .chunk import lease_key, read_head
+from .lease import read_lease
 from .replicator import Replicator
+from .restore import bucket_sessions
 from .target import ReplicaTarget
 
 Stamp = tuple[str, int, int]  # newest segment's name, size, mtime_ns
@@ -62,6 +65,21 @@ class Follower:
         self.missing: set[str] = set()  # dirs gone on the last look
         self.state_seen: dict[str, tuple[int, int]] = {}  # state file path -> size, mtime
         self.stop = threading.Event()
+        self._adopt_bucket_sessions()
+
+    def _adopt_bucket_sessions(self) -> None:
+        """Sessions the bucket holds live, written by this root, count as seen: one
+        deleted while no sidecar ran is then found gone and its DELETE shipped.
+        Sessions other roots write (the handoff case) are never touched."""
+        ctx = self.replica.ctx
+        for name, sid in bucket_sessions(ctx.objects, ctx.prefix).items():
+            head = read_head(ctx.objects, ctx.prefix, name)
+            if head is None or head.deleted:
+                continue
+            found = read_lease(ctx.objects, lease_key(ctx.prefix, name))
+            if found is not None and found[0].owner == ctx.writer.hex():
+                self.seen[name] = ("", -1, -1)
+                self.ids[name] = sid
 
     def look(self) -> FollowReport:
         """One pass over the root: mark what changed for the replicator's worker."""
@@ -140,6 +158,9 @@ class Follower:
             if on_look is not None:
                 on_look(report)
             if once:
+                if self.missing:  # gone once: look again, so its delete ships now
+                    self.stop.wait(min(self.interval, 0.5))
+                    self.look()
                 self.replica.flush()
                 return
             self.stop.wait(self.interval)
