@@ -303,7 +303,12 @@ def add_parsers(add: Add) -> None:
         cmd_replica,
         "what a bucket holds of this store (status), or prune the bucket (prune)",
     ):
-        p.add_argument("action", choices=["status", "prune"])
+        p.add_argument(
+            "action",
+            choices=["status", "prune"],
+            help="status: per session, the local log's end, the bucket's, the lag and the"
+            " writer; prune: merge chunks and remove what no restore in --keep needs",
+        )
         p.add_argument("--to", required=True, metavar="URL", help="s3://bucket/prefix")
         p.add_argument(
             "--keep",
