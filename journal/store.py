@@ -727,6 +727,8 @@ class Store:
             self._writable("compact")
         if self.session_summary(session_id) is None:
             raise NotFoundError(f"session {session_id!r} does not exist")
+        if self.replica is not None and not dry_run:
+            self.replica.flush()  # shipped up to a commit end that compaction keeps
         from .compact import compact_store_session
 
         return compact_store_session(self, session_id, keep=keep, erase=erase, dry_run=dry_run)

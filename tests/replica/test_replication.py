@@ -209,3 +209,40 @@ def test_two_processes_of_one_root_share_a_chain(
         assert _reads(b, "shared") == want
     finally:
         b.close()
+
+
+def test_a_compacted_session_goes_on_shipping_after_a_restart(
+    tmp_path: Any, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from journal.replica.shipper import SessionShipper
+
+    root = tmp_path / "a"
+    with journal.open(root, replica=s3_bucket, replica_mode="async", replica_lag=0.1) as store:
+        _write_session(store, "s1", 6)
+        report = store.compact("s1", keep=1)  # ships first, then rewrites what it seals
+        assert report.segments_rewritten > 0 and report.compacted
+    # A new process's shipper checks the bucket's newest chunk against the local log,
+    # whose bytes compaction changed: it must tell that from divergence.
+    seen: list[bool] = []
+    original = SessionShipper._compacted
+
+    def spy(self: SessionShipper, c: Any) -> bool:
+        seen.append(original(self, c))
+        return seen[-1]
+
+    monkeypatch.setattr(SessionShipper, "_compacted", spy)
+    with journal.open(root, replica=s3_bucket, replica_mode="sync") as store:
+        _write_session_more(store, "s1", 9, 1)
+        want = _reads(store, "s1")
+    assert seen == [True]
+    fresh = journal.open(tmp_path / "b", replica=s3_bucket)
+    try:
+        got = _reads(fresh, "s1")
+        assert got["events"] == want["events"] and got["checkpoint"] == want["checkpoint"]
+    finally:
+        fresh.close()
+
+
+def _write_session_more(store: journal.Store, sid: str, first: int, turns: int) -> None:
+    for t in range(first, first + turns):
+        store.save_with_events(_cp(sid, t, t), [item(t)], None, [_ev(t * 10)])
