@@ -406,3 +406,227 @@ def test_erase_declaration_table_and_rule_kinds_match_the_code() -> None:
     assert kinds, "FORMAT.md section 11 lists the rule kinds"
     assert set(re.findall(r"`(\w+)`", kinds.group(1))) == erase.RULE_KINDS
     assert f'"type": "{erase.ERASED_TYPE}"' in flat and f'"{erase.ERASE_KEY}"' in flat
+
+
+# ----------------------------------------------- section 14: the replica in a bucket
+def _section_14() -> str:
+    return DOC[DOC.index("## 14. The replica in an object store") :]
+
+
+def _replica_constants() -> dict[str, str]:
+    out = {}
+    for line in _block("replica-constants").splitlines():
+        if line.strip():
+            key, value = (part.strip() for part in line.split("=", 1))
+            out[key] = value
+    return out
+
+
+def test_replica_constants_block_matches_code() -> None:
+    from journal import layout
+    from journal.replica import chunk as ck
+    from journal.replica import lease, shipper
+
+    code = {
+        "chunk.magic": ck.MAGIC.hex(),
+        "chunk.version": ck.VERSION,
+        "chunk.header_size": ck.HEADER_SIZE,
+        "chunk.kind.begin": ck.KIND_BEGIN,
+        "chunk.kind.data": ck.KIND_DATA,
+        "chunk.kind.fence": ck.KIND_FENCE,
+        "chunk.kind.delete": ck.KIND_DELETE,
+        "chunk.slot_digits": len(layout.replica_chunk_key("", "d", 0).rsplit("/", 1)[1]),
+        "merge_span": shipper.MERGE_SPAN,
+        "lease.format": lease.LEASE_FORMAT,
+        "head.format": ck.HEAD_FORMAT,
+        "marker.format": ck.MARKER_FORMAT,
+    }
+    doc = _replica_constants()
+    assert set(doc) == set(code), "replica-constants block and code name different things"
+    for key, value in code.items():
+        assert doc[key] == str(value), f"FORMAT.md says {key} = {doc[key]}, code has {value}"
+    flat = " ".join(_section_14().split())
+    assert f"every aligned span of {shipper.MERGE_SPAN} chunks" in flat
+    assert f"at least {shipper.CHUNK_BYTES >> 20} MiB past its `start`" in flat
+
+
+def _chunk_rows() -> list[list[str]]:
+    rows = _table_after("#### Chunk header")
+    assert rows, "FORMAT.md section 14 has no chunk header table"
+    return rows
+
+
+def test_chunk_header_table_is_the_struct() -> None:
+    """Offsets contiguous, sizes those of chunk.HEADER's fields then CRC's, 128 in all."""
+    from journal.replica import chunk as ck
+
+    rows = _chunk_rows()
+    assert rows[-1][2] == "body" and rows[-1][1] == "length"
+    header = rows[:-1]
+    offset = 0
+    for row in header:
+        assert int(row[0]) == offset, f"chunk header: {row[2]} should start at {offset}"
+        offset += int(row[1])
+    assert offset == ck.HEADER_SIZE == ck.HEADER.size + ck.CRC.size == int(rows[-1][0])
+    codes = re.findall(r"(\d*)([a-zA-Z])", ck.HEADER.format + ck.CRC.format)
+    sizes = [struct_size(count, code) for count, code in codes]
+    assert [int(r[1]) for r in header] == sizes
+
+
+def struct_size(count: str, code: str) -> int:
+    import struct
+
+    return struct.calcsize("<" + count + code)
+
+
+def test_chunk_header_fields_are_where_the_table_says() -> None:
+    """A chunk with a distinct value in every field, each read back at its documented
+    offset and size (little-endian), and the magic, version and kinds as documented."""
+    import hashlib
+    import struct
+    import zlib
+
+    from journal.replica import chunk as ck
+
+    body = bytes(range(200)) * 3
+    c = ck.Chunk(
+        kind=ck.KIND_DATA,
+        n=0x0102030405060708,
+        epoch=0x1112131415161718,
+        segment_base=0x2122232425262728,
+        start=0x3132333435363738,
+        end=0x3132333435363738 + len(body),
+        shipped_at_ms=0x4142434445464748,
+        commits=0x51525354,
+        writer=bytes(range(0xA0, 0xB0)),
+        body=body,
+    )
+    data = ck.encode_chunk(c)
+    want: dict[str, Any] = {
+        "magic": ck.MAGIC,
+        "version": ck.VERSION,
+        "kind": c.kind,
+        "flags": 0,
+        "length": len(body),
+        "n": c.n,
+        "epoch": c.epoch,
+        "segment_base": c.segment_base,
+        "start": c.start,
+        "end": c.end,
+        "shipped_at_ms": c.shipped_at_ms,
+        "commits": c.commits,
+        "reserved": 0,
+        "writer": c.writer,
+        "sha256": hashlib.sha256(body).digest(),
+        "crc": zlib.crc32(data[:120]),
+    }
+    rows = _chunk_rows()
+    assert [r[2] for r in rows if r[2] != "reserved"] == [k for k in want if k != "reserved"] + [
+        "body"
+    ]
+    for off_s, size_s, name, meaning in rows:
+        if name == "body":
+            assert data[int(off_s) :] == body
+            continue
+        off, size = int(off_s), int(size_s)
+        raw = data[off : off + size]
+        if isinstance(want[name], bytes):
+            assert raw == want[name], name
+        else:
+            assert int.from_bytes(raw, "little") == want[name], name
+        if name == "crc":
+            assert meaning == f"CRC-32 of bytes 0..{off}"
+    assert len(data) == ck.HEADER_SIZE + len(body)
+    meanings = {r[2]: r[3] for r in rows}
+    magic = re.search(r"`(.*?)`", meanings["magic"])
+    assert magic and magic.group(1).replace("\\0", "\0").encode() == ck.MAGIC
+    version = re.search(r"\((\d+)\)", meanings["version"])
+    assert version and version.group(1) == str(ck.VERSION)
+    kinds = {int(k): v for k, v in re.findall(r"(\d+) ([A-Z]+)", meanings["kind"])}
+    assert kinds == ck.KIND_NAMES
+    # The documented CRC range is what the decoder checks: a CRC over other bytes fails.
+    bad = data[:120] + struct.pack("<I", zlib.crc32(data[:119])) + data[124:]
+    from journal.errors import ReplicaCorruptionError
+
+    with pytest.raises(ReplicaCorruptionError, match="CRC"):
+        ck.decode_chunk(bad, key="k")
+
+
+def test_kind_list_matches_the_code() -> None:
+    from journal.replica import chunk as ck
+
+    section = _section_14()
+    listed = re.findall(r"^- (\d) ([A-Z]+):", section, re.M)
+    assert {int(k): v for k, v in listed} == ck.KIND_NAMES
+
+
+_KEY_VALUES: dict[str, Any] = {
+    "dir": "s1-abcdefghijklmnopqrstuvwxyz",
+    "n": 77,
+    "first": 64,
+    "last": 127,
+    "scope_dir": "scope-aaaaaaaaaaaaaaaaaaaaaaaaaa",
+    "key_dir": "key-bbbbbbbbbbbbbbbbbbbbbbbbbb",
+    "at_ms": 1_700_000_000_123,
+    "writer": "0123456789abcdef0123456789abcdef",
+    "counter": 42,
+}
+
+
+def _documented_keys(prefix: str) -> list[str]:
+    rows = _table_after("#### Replica objects")
+    out = []
+    for row in rows:
+        pattern = re.fullmatch(r"`(.*)`", row[0])
+        assert pattern, row
+        text = pattern.group(1).replace("<prefix>/", prefix + "/" if prefix else "")
+        out.append(re.sub(r"<(\w+)(:\w+)?>", r"{\1\2}", text).format(**_KEY_VALUES))
+    return out
+
+
+@pytest.mark.parametrize("prefix", ["", "a/b"])
+def test_replica_key_names_are_layouts(prefix: str) -> None:
+    """Every documented name, built with sample values, is what layout.py builds."""
+    from journal import layout
+
+    v = _KEY_VALUES
+    built = [
+        layout.replica_marker_key(prefix),
+        layout.replica_chunk_key(prefix, v["dir"], v["n"]),
+        layout.replica_merged_key(prefix, v["dir"], v["first"], v["last"]),
+        layout.replica_lease_key(prefix, v["dir"]),
+        layout.replica_floor_key(prefix, v["dir"]),
+        layout.replica_head_key(prefix, v["dir"]),
+        layout.replica_state_key(
+            prefix, v["scope_dir"], v["key_dir"], v["at_ms"], v["writer"], v["counter"]
+        ),
+    ]
+    assert _documented_keys(prefix) == built
+    assert layout.parse_replica_slot(built[1]) == v["n"]
+    assert layout.parse_replica_merged(built[2]) == (v["first"], v["last"])
+    assert layout.parse_replica_state(built[6]) == (v["scope_dir"], v["key_dir"], v["at_ms"])
+
+
+@pytest.mark.parametrize("name", ["Lease", "Head"])
+def test_replica_json_tables_list_fields_in_order(name: str) -> None:
+    from journal.replica import chunk as ck
+    from journal.replica import lease
+
+    cls = {"Lease": lease.Lease, "Head": ck.Head}[name]
+    section = _section_14()
+    at = section.index(f"{name} (`")
+    rows = _table_after(section[at : section.index("\n", at)])
+    assert [r[0] for r in rows] == [f.name for f in msgspec.structs.fields(cls)]
+
+
+def test_replica_id_is_in_section_1_and_is_what_the_code_writes(tmp_path: Path) -> None:
+    from journal import layout
+    from journal.replica.lease import writer_id
+
+    section_1 = DOC[DOC.index("## 1. Directory layout") : DOC.index("## 2. Constants")]
+    line = next(x for x in section_1.splitlines() if x.strip().startswith(layout.REPLICA_ID_FILE))
+    assert "32 lowercase" in line and "section 14" in section_1
+    raw = writer_id(str(tmp_path))
+    text = (tmp_path / layout.REPLICA_ID_FILE).read_text(encoding="ascii")
+    assert re.fullmatch(r"[0-9a-f]{32}\n", text) and bytes.fromhex(text) == raw
+    assert writer_id(str(tmp_path)) == raw  # created once

@@ -165,3 +165,102 @@ def test_head_round_trip_and_strict_decode() -> None:
         ck.decode_head(b'{"format": 1}', "p/heads/s1-abc")
     with pytest.raises(ReplicaCorruptionError, match="p/heads/s1-abc"):
         ck.decode_head(b"not json", "p/heads/s1-abc")
+
+
+def _only_corruption(data: bytes, key: str = KEY, n: int | None = 7) -> ck.Chunk | None:
+    """decode_chunk's answer: the chunk, or None for a ReplicaCorruptionError naming
+    the key; any other exception fails the test."""
+    try:
+        return ck.decode_chunk(data, key=key, n=n)
+    except ReplicaCorruptionError as exc:
+        assert key in str(exc)
+        return None
+
+
+def test_no_flipped_byte_yields_another_chunk() -> None:
+    """Each byte of a real chunk object flipped in turn: refused naming the key, or
+    (the 4 reserved bytes after the CRC, which carry nothing) the very same chunk."""
+    c = _data(body=bytes(range(40)))
+    good = ck.encode_chunk(c)
+    undetected = []
+    for at in range(len(good)):
+        for mask in (0x01, 0x80, 0xFF):
+            out = bytearray(good)
+            out[at] ^= mask
+            got = _only_corruption(bytes(out))
+            if got is not None:
+                assert got == c, f"byte {at} ^ {mask:#x} decoded as another chunk"
+                undetected.append(at)
+    assert all(ck.HEADER.size + 4 <= at < ck.HEADER_SIZE for at in undetected), undetected
+
+
+def test_every_cut_and_every_extension_is_refused() -> None:
+    good = ck.encode_chunk(_data(body=b"x" * 33))
+    for size in range(len(good)):
+        assert _only_corruption(good[:size]) is None, size
+    for extra in (b"\0", b"\0" * 127, good):
+        assert _only_corruption(good + extra) is None
+
+
+def test_random_damage_raises_only_replica_corruption() -> None:
+    """Random bytes, and real headers with random fields under a recomputed CRC (so
+    the checks after the CRC see them): nothing but ReplicaCorruptionError escapes."""
+    import random
+
+    rng = random.Random(18)
+    good = ck.encode_chunk(_data())
+    for _ in range(3000):
+        choice = rng.randrange(4)
+        if choice == 0:
+            data = rng.randbytes(rng.randrange(0, 300))
+        elif choice == 1:
+            data = ck.MAGIC + rng.randbytes(rng.randrange(0, 300))
+        else:
+            head = bytearray(good[: ck.HEADER.size])
+            for _ in range(rng.randrange(1, 6)):
+                head[rng.randrange(8, ck.HEADER.size)] = rng.randrange(256)
+            data = _recrc(bytes(head) + good[ck.HEADER.size :])
+            if choice == 3:
+                data = data[: rng.randrange(len(data) + 1)]
+        try:
+            ck.decode_chunk(data, key=KEY, n=rng.choice([None, 7]))
+        except ReplicaCorruptionError as exc:
+            assert KEY in str(exc)
+        try:
+            ck.split_merged(data, KEY, 7, 7)
+        except ReplicaCorruptionError as exc:
+            assert KEY in str(exc)
+
+
+def _merged(slots: list[int]) -> bytes:
+    return b"".join(ck.encode_chunk(_data(n, bytes([n]) * 3)) for n in slots)
+
+
+def test_a_merged_object_with_a_gap_or_extra_bytes_is_refused_naming_it() -> None:
+    key = replica_merged_key("p", "d", 4, 7)
+    with pytest.raises(ReplicaCorruptionError, match="where chunk 6 belongs") as caught:
+        ck.split_merged(_merged([4, 5, 7]), key, 4, 7)
+    assert key in str(caught.value)
+    with pytest.raises(ReplicaCorruptionError, match="where chunk 5 belongs"):
+        ck.split_merged(_merged([4, 4, 5, 6, 7]), key, 4, 7)  # a chunk twice
+    with pytest.raises(ReplicaCorruptionError, match="its name says 7") as caught:
+        ck.split_merged(_merged([4, 5, 6]), key, 4, 7)  # the last one missing
+    assert key in str(caught.value)
+    with pytest.raises(ReplicaCorruptionError, match="shorter than a chunk header"):
+        ck.split_merged(_merged([4, 5, 6, 7]) + b"\0" * 10, key, 4, 7)
+    with pytest.raises(ReplicaCorruptionError, match="no chunk magic"):
+        ck.split_merged(_merged([4, 5, 6, 7]) + b"\0" * 200, key, 4, 7)
+    # A chunk inside whose header is damaged: named by the merged object's key,
+    # with the offset of the chunk inside it.
+    data = bytearray(_merged([4, 5, 6, 7]))
+    second = ck.HEADER_SIZE + 3
+    data[second + 20] ^= 1
+    with pytest.raises(ReplicaCorruptionError, match=f"CRC mismatch at offset {second}") as caught:
+        ck.split_merged(bytes(data), key, 4, 7)
+    assert key in str(caught.value)
+
+
+def test_json_objects_refused_naming_the_key() -> None:
+    for data in (b"", b"[]", b'{"session_id": 1}', b"\xff\xfe", b"{" * 10_000):
+        with pytest.raises(ReplicaCorruptionError, match="p/heads/x"):
+            ck.decode_head(data, "p/heads/x")
