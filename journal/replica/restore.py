@@ -31,6 +31,7 @@ from ..layout import (
     state_path,
 )
 from ..log import KIND_SESSION
+from ..record import OK, SEAL, parse_at
 from ..segment import encode_segment_header, segment_name
 from ..sessiondir import read_identity
 from .chain import Incarnation, read_incarnation
@@ -68,10 +69,28 @@ def rebuild_session_dir(inc: Incarnation, dest: str) -> None:
         ends[piece.segment_base] = piece.end
     if not segments:
         segments[0] = []
+    newest = max(segments)
+    if segments[newest] and _ends_with_seal(segments[newest][-1]):
+        # A SEAL names its successor (FORMAT.md section 3): a chain whose newest
+        # DATA ends with one (a roll, or `compact`, before the next commit; or a cut
+        # between a ship's two segments) gets it, holding only its header.
+        segments[ends[newest]] = []
     for base, parts in segments.items():
         data = encode_segment_header(KIND_SESSION, base) + b"".join(parts)
         fsio.write_file(os.path.join(dest, LOG_DIR, segment_name(base)), data, durable=True)
     fsio.sync_dir(os.path.join(dest, LOG_DIR))
+
+
+def _ends_with_seal(body: bytes) -> bool:
+    """Whether the last record of `body` (whole records) is a SEAL."""
+    off = 0
+    last = 0
+    while off < len(body):
+        outcome, rtype, _, _, end = parse_at(body, off)
+        if outcome != OK:
+            return False
+        off, last = end, rtype
+    return last == SEAL
 
 
 def bucket_sessions(objects: ObjectStore, prefix: str) -> dict[str, str]:

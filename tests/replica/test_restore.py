@@ -293,3 +293,28 @@ def replay_pieces(pieces: list[Any], where: Path) -> list[Any]:
 
     rebuild_session_dir(Incarnation(identity=b"", pieces=pieces), str(where))
     return list(replay(str(where)))
+
+
+def test_a_chain_that_ends_with_a_seal_restores(tmp_path: Path, object_store: ObjectStore) -> None:
+    """`compact` seals the newest segment: the ship after it carries the SEAL only,
+    and its successor holds nothing yet. The restore creates that successor (a SEAL
+    with no next segment is a lost segment) and reads as the source."""
+    from journal.compact import compact_session
+
+    store = journal.open(tmp_path / "src")
+    try:
+        for t in range(1, 6):
+            store.save(checkpoint("c", t, [item(i, f"c{i}") for i in range(t + 1)]))
+        hs = HandShipper(object_store, store.session_dir("c"), "c")
+        hs.begin()
+        hs.ship(at_ms=1)
+        want = reads(store, "c")  # the chain keeps the bytes as shipped: uncompacted
+        compact_session(store.session_dir("c"), "c", keep=1)
+        assert hs.ship(at_ms=2) == 1  # the SEAL
+    finally:
+        store.close()
+    dst = tmp_path / "dst"
+    assert restore(object_store, PREFIX, str(dst), session_ids=["c"]).sessions == ["c"]
+    run_cli(dst, "verify")
+    with journal.open(dst) as got:
+        assert reads(got, "c") == want
