@@ -5,14 +5,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
-import os
 import signal
 import sys
-import time
 from typing import TYPE_CHECKING, Any
 
-from . import JournalError, Store
+from . import Store
 from .cli_common import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -29,13 +28,11 @@ from .cli_gc import duration_arg
 from .cli_read import Add
 
 if TYPE_CHECKING:
-    from .replica.objects import ObjectStore
-    from .replica.target import ReplicaTarget
+    from .replica import ObjectStore, ReplicaTarget
 
 
 def _bucket(url: str) -> tuple[ReplicaTarget, ObjectStore]:
-    from .replica.objects import open_object_store
-    from .replica.target import parse_replica_url
+    from .replica import open_object_store, parse_replica_url
 
     target = parse_replica_url(url)
     objects = open_object_store(target)
@@ -60,7 +57,7 @@ def time_arg(text: str) -> int:
 
 # ------------------------------------------------------------------ replicate
 def cmd_replicate(args: argparse.Namespace, out: Output) -> int:
-    from .replica.sidecar import Follower
+    from .replica import Follower
 
     require_store(args.root)
     _bucket(args.to)  # a missing bucket or endpoint fails here, before following
@@ -91,7 +88,7 @@ def cmd_replica(args: argparse.Namespace, out: Output) -> int:
         return _status(args, out)
     if args.keep is None:
         raise UsageError("replica prune needs --keep DURATION (e.g. 7d)")
-    from .replica.prune import prune
+    from .replica import prune
 
     target, objects = _bucket(args.to)
     report = prune(
@@ -122,73 +119,40 @@ def cmd_replica(args: argparse.Namespace, out: Output) -> int:
 
 
 def _status(args: argparse.Namespace, out: Output) -> int:
-    from .errors import ReplicaDivergedError
-    from .layout import SESSIONS_DIR
-    from .replica import lease
-    from .replica.chunk import lease_key
-    from .replica.shipper import SessionShipper, ShipContext
-    from .replica.tail import committed_end
-    from .sessiondir import read_identity
+    from .replica import replica_status
 
     require_store(args.root)
     target, objects = _bucket(args.to)
-    ctx = ShipContext(objects, target.prefix, args.root, lease.writer_id(args.root))
-    sessions = os.path.join(args.root, SESSIONS_DIR)
-    rows: list[dict[str, Any]] = []
-    code = EXIT_OK
-    now = int(time.time() * 1000)
-    for name in sorted(os.listdir(sessions)):
-        directory = os.path.join(sessions, name)
-        try:
-            sid = read_identity(directory).session_id
-        except JournalError:
-            continue
-        sh = SessionShipper(ctx, directory, name, sid)
-        row: dict[str, Any] = {"session_id": sid, "state": "ok"}
-        try:
-            sh.locate()
-            shipped = max(sh.shipped_end, 0)
-            local = committed_end(directory, shipped if sh.live and sh.shipped_end >= 0 else 0)
-            found = lease.read_lease(objects, lease_key(target.prefix, name))
-            row["owner"] = found[0].host if found is not None else None
-            row["mine"] = found is not None and found[0].owner == ctx.writer.hex()
-            last = sh.newest_shipped_ms
-            row.update(local_end=local, shipped_end=shipped if sh.live else 0)
-            row["unshipped_bytes"] = local - row["shipped_end"]
-            row["lag_seconds"] = (now - last) / 1000 if row["unshipped_bytes"] and last else 0.0
-            row["last_shipped"] = last or None
-        except ReplicaDivergedError as exc:
-            row.update(state="diverged", error=str(exc))
-            code = EXIT_FINDINGS
-        rows.append(row)
+    rows = replica_status(args.root, objects, target.prefix)
+    code = EXIT_FINDINGS if any(r.state != "ok" for r in rows) else EXIT_OK
     if out.json:
-        out.doc({"to": args.to, "sessions": rows})
+        out.doc({"to": args.to, "sessions": [dataclasses.asdict(r) for r in rows]})
         return code
     out.table(
         ["SESSION", "LOCAL", "SHIPPED", "UNSHIPPED", "LAG", "LAST SHIPPED", "WRITER", "STATE"],
         [
             [
-                r["session_id"],
-                r.get("local_end", "-"),
-                r.get("shipped_end", "-"),
-                size(r["unshipped_bytes"]) if "unshipped_bytes" in r else "-",
-                f"{r['lag_seconds']:.1f}s" if r.get("lag_seconds") else "-",
-                when_ms(r["last_shipped"]) if r.get("last_shipped") else "-",
-                ("this root" if r.get("mine") else r.get("owner")) or "-",
-                r["state"],
+                r.session_id,
+                r.local_end if r.state == "ok" else "-",
+                r.shipped_end if r.state == "ok" else "-",
+                size(r.unshipped_bytes) if r.state == "ok" else "-",
+                f"{r.lag_seconds:.1f}s" if r.lag_seconds else "-",
+                when_ms(r.last_shipped_ms) if r.last_shipped_ms else "-",
+                ("this root" if r.writer_is_this_root else r.writer_host) or "-",
+                r.state,
             ]
             for r in rows
         ],
     )
     for r in rows:
-        if r["state"] != "ok":
-            print(f"journal: session {r['session_id']!r}: {r['error']}", file=sys.stderr)
+        if r.state != "ok":
+            print(f"journal: session {r.session_id!r}: {r.error}", file=sys.stderr)
     return code
 
 
 # -------------------------------------------------------------------- restore
 def cmd_restore(args: argparse.Namespace, out: Output) -> int:
-    from .replica.restore import restore
+    from .replica import restore
 
     if args.at_time is not None and args.at_sequence is not None:
         raise UsageError("--at-time and --at-sequence contradict each other")
@@ -226,7 +190,7 @@ def cmd_restore(args: argparse.Namespace, out: Output) -> int:
 
 # ---------------------------------------------------------------- ls --replica
 def cmd_ls_replica(args: argparse.Namespace, out: Output) -> int:
-    from .replica.listing import list_bucket_sessions
+    from .replica import list_bucket_sessions
 
     target, objects = _bucket(args.replica)
     cursor = args.before

@@ -56,10 +56,17 @@ def _floor(objects: ObjectStore, prefix: str, dir_name: str) -> int:
     if got is None:
         return 0
     try:
-        first = msgspec.json.decode(got[0], type=dict[str, int])["first"]
-    except (msgspec.DecodeError, KeyError) as exc:
+        floor = msgspec.json.decode(got[0], type=_Floor)
+    except msgspec.DecodeError as exc:
         raise ReplicaCorruptionError(f"replica object {key!r} is not a floor: {exc}") from exc
-    return first
+    if floor.format != 1 or floor.first < 0:
+        raise ReplicaCorruptionError(f"replica object {key!r} is not a format-1 floor")
+    return floor.first
+
+
+class _Floor(msgspec.Struct, forbid_unknown_fields=False):
+    first: int
+    format: int = 1
 
 
 def holds_any(objects: ObjectStore, prefix: str, dir_name: str) -> bool:
@@ -166,7 +173,7 @@ def check_chain(chunks: list[ck.Chunk], dir_name: str, prefix: str) -> None:
         elif c.kind == ck.KIND_DELETE:
             live = False
         elif c.kind == ck.KIND_DATA:
-            if not live and i:
+            if not live:
                 raise ReplicaCorruptionError(
                     f"chain of {dir_name!r}: {key!r} is DATA with no BEGIN"
                 )

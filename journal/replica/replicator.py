@@ -245,10 +245,12 @@ class Replicator:
         merges: list[tuple[str, bytes]],
     ) -> None:
         started = time.monotonic()
-        for sid in dirty:
-            self._attempt(sid, lambda sh: sh.ship(), retry_at=started)
+        # Deletes first: a session deleted and created again since the last round
+        # has its commits (the new incarnation's) in `dirty`, after its delete.
         for sid in deletes:
             self._attempt(sid, lambda sh: sh.ship_delete(), retry_at=None, delete=True)
+        for sid in dirty:
+            self._attempt(sid, lambda sh: sh.ship(), retry_at=started)
         for name, body in states:
             try:
                 self.objects.put_if_absent(name, body)
