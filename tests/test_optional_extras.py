@@ -85,3 +85,21 @@ def test_integrations_say_which_extra_is_missing(tmp_path: Path) -> None:
             assert out == "imported", (module, out)
         else:
             assert out.startswith("ImportError:") and f"journal[{extra}]" in out, (module, out)
+
+
+def test_a_replica_without_boto3_names_the_s3_extra(tmp_path: Path) -> None:
+    done = _run(
+        """
+        FRAMEWORKS.update({"boto3", "botocore"})
+        import journal
+        store = journal.open("plain")  # the core never needs boto3
+        store.close()
+        try:
+            journal.open("replicated", replica="s3://bucket/prefix")
+        except journal.ReplicaError as exc:
+            print("refused:", exc)
+        """,
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "refused:" in done.stdout and "journal[s3]" in done.stdout, done.stdout
