@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .. import fsio
@@ -34,7 +35,7 @@ from ..log import KIND_SESSION
 from ..record import OK, SEAL, parse_at
 from ..segment import encode_segment_header, segment_name
 from ..sessiondir import read_identity
-from .chain import Incarnation, read_incarnation
+from .chain import FETCHERS, Incarnation, read_incarnation
 from .chunk import decode_head
 from .objects import ObjectStore
 
@@ -95,15 +96,17 @@ def _ends_with_seal(body: bytes) -> bool:
 
 def bucket_sessions(objects: ObjectStore, prefix: str) -> dict[str, str]:
     """dir name -> session id of every session the bucket has a head object of."""
-    found: dict[str, str] = {}
-    heads = replica_heads_prefix(prefix)
-    for info in objects.list(heads):
-        got = objects.get(info.key)
+    keys = [info.key for info in objects.list(replica_heads_prefix(prefix))]
+
+    def read(key: str) -> tuple[str, str] | None:
+        got = objects.get(key)
         if got is None:
-            continue
-        head = decode_head(got[0], info.key)
-        found[head.dir] = head.session_id
-    return found
+            return None
+        head = decode_head(got[0], key)
+        return head.dir, head.session_id
+
+    with ThreadPoolExecutor(max_workers=FETCHERS) as pool:
+        return dict(found for found in pool.map(read, keys) if found is not None)
 
 
 def restore(
@@ -134,15 +137,25 @@ def restore(
     try:
         built: dict[str, str] = {}  # session id -> rebuilt directory
         queue = sorted(wanted.items())
+
+        def fetch(entry: tuple[str, str]) -> Incarnation | None:
+            if progress:
+                progress(f"fetch {entry[1]}")
+            return read_incarnation(
+                objects, prefix, entry[0], at_time_ms=at_time_ms, at_sequence=at_sequence
+            )
+
+        fetched: dict[str, Incarnation | None] = {}
         while queue:
             name, sid = queue.pop(0)
-            if sid in built:
+            if sid in built or sid in report.absent:
                 continue
-            if progress:
-                progress(f"fetch {sid}")
-            inc = read_incarnation(
-                objects, prefix, name, at_time_ms=at_time_ms, at_sequence=at_sequence
-            )
+            if sid not in fetched:
+                # this one and those queued after it, several chains at a time
+                wave = [e for e in [(name, sid), *queue] if e[1] not in fetched]
+                with ThreadPoolExecutor(max_workers=FETCHERS) as pool:
+                    fetched.update(zip([e[1] for e in wave], pool.map(fetch, wave), strict=True))
+            inc = fetched[sid]
             if inc is None or not inc.pieces:
                 report.absent.append(sid)
                 continue

@@ -156,8 +156,12 @@ def test_restore_refuses_sessions_the_root_has(
 def test_prune_keeps_every_restore_point_of_its_window(
     tmp_path: Path, s3_bucket: str, s3_server: Any, object_store: Any, replica_target: Any
 ) -> None:
-    from journal.replica import prune as pruning
+    import importlib
+
     from journal.replica.restore import restore
+
+    # the module (journal.replica's `prune` attribute is the function it exports)
+    pruning = importlib.import_module("journal.replica.prune")
 
     store = journal.open(tmp_path / "a", replica=s3_bucket, replica_mode="sync")
     store.save(checkpoint("long", 1, [item(0)]))
