@@ -38,7 +38,9 @@ boto3 is imported here, lazily, and only when a store is opened: without the
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
@@ -300,7 +302,12 @@ class ObjectStore:
     def _put_args(self, key: str, body: bytes) -> dict[str, Any]:
         if not isinstance(body, (bytes, bytearray, memoryview)):
             raise InvalidInputError(f"the body of {key!r} must be bytes, not {type(body).__name__}")
-        return {"Bucket": self.bucket, "Key": key, "Body": bytes(body)}
+        data = bytes(body)
+        # Content-MD5: a server that gets a PUT cut short (a reset connection) then
+        # refuses it instead of keeping the bytes it got (SeaweedFS kept a 0-byte
+        # object without it).
+        digest = base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
+        return {"Bucket": self.bucket, "Key": key, "Body": data, "ContentMD5": digest}
 
     def _conditional(self, op: str, key: str, args: dict[str, Any]) -> str | None:
         """One conditional PUT: its ETag, or None when the condition failed."""

@@ -94,13 +94,17 @@ class Replicator:
         self.dirty: dict[str, float] = {}  # session id -> when its oldest unshipped commit was
         self.deletes: list[str] = []  # session ids deleted locally, DELETE not yet shipped
         self.states: list[tuple[str, bytes]] = []  # state versions (key, body) to put
-        self.errors: dict[str, str] = {}
+        self.errors: dict[str, str] = {}  # the last failure of each session, for status
+        # Failures a retry does not mend (a fence, divergence, damage): a flush raises them.
+        self.lasting: dict[str, JournalError] = {}
         self.heads_due: dict[str, float] = {}  # session id -> when its head was last put
         self.head_wanted: set[str] = set()
         self.merges: list[tuple[str, bytes]] = []
         self.shipping = 0  # worker rounds running now
         self.closed = False
         self.urgent = False  # a flush waits: the worker does not wait out the lag
+        self.shipped_rounds = 0  # ships that succeeded (a flush waits while it grows)
+        self.in_round: list[str] = []  # the sessions of the round in progress
         self.worker = threading.Thread(target=self._work, name="journal-replica", daemon=True)
         self.worker.start()
 
@@ -212,6 +216,7 @@ class Replicator:
                 self.shipping += 1
                 self.urgent = False
                 dirty = list(self.dirty)
+                self.in_round = dirty
                 self.dirty.clear()
                 deletes, self.deletes = self.deletes, []
                 states, self.states = self.states, []
@@ -221,6 +226,7 @@ class Replicator:
             finally:
                 with self.lock:
                     self.shipping -= 1
+                    self.in_round = []
                     self.cond.notify_all()
             if self.mode == "async":
                 with self.lock:  # commits of the next `lag` seconds share the next round
@@ -281,10 +287,13 @@ class Replicator:
         except FencedError as exc:
             with self.lock:
                 self.errors[session_id] = str(exc)
+                self.lasting[session_id] = exc
             return  # every later write of the session raises it (before_write)
         except JournalError as exc:
             with self.lock:
                 self.errors[session_id] = str(exc)
+                if not isinstance(exc, ReplicaUnavailableError):
+                    self.lasting[session_id] = exc
                 if delete:
                     self.deletes.append(session_id)
                 else:
@@ -292,6 +301,9 @@ class Replicator:
             return
         with self.lock:
             self.errors.pop(session_id, None)
+            self.lasting.pop(session_id, None)
+            self.shipped_rounds += 1
+            self.cond.notify_all()
         self._after_ship(session_id, done)
 
     def _put_head(self, session_id: str) -> None:
@@ -325,34 +337,42 @@ class Replicator:
         with self.lock:
             self.head_wanted.discard(session_id)
             self.heads_due[session_id] = time.monotonic()
+            if session_id not in self.dirty:
+                self.errors.pop(session_id, None)
 
     # ------------------------------------------------------------- lifecycle
     def flush(self, timeout: float = 60.0) -> None:
         """Wait until every commit, delete and state version made before the call is
         in the bucket; raise the first failure that kept one out."""
         give_up = time.monotonic() + timeout
+        progress = self.shipped_rounds
         with self.lock:
             for sid in list(self.head_wanted):
                 self.heads_due.pop(sid, None)  # heads too, now
             self.urgent = True
             self.cond.notify_all()
             while self.dirty or self.deletes or self.states or self.shipping or self.merges:
-                if self.errors:
+                if self.lasting:
                     break
+                if self.shipped_rounds != progress:  # the bucket takes them: wait on
+                    progress = self.shipped_rounds
+                    give_up = time.monotonic() + timeout
                 left = give_up - time.monotonic()
                 if left <= 0:
+                    last = next(iter(self.errors.values()), "")
                     raise ReplicaUnavailableError(
-                        f"flush: the bucket {self.target.bucket!r} did not take"
-                        f" {len(self.dirty)} sessions' commits within {timeout:.0f} s"
+                        f"flush: the bucket {self.target.bucket!r} at"
+                        f" {self.target.where} took nothing for {timeout:.0f} s"
+                        f" ({len(self.dirty) + len(self.in_round)} sessions wait)"
+                        + (f"; last error: {last}" if last else "")
                     )
                 self.urgent = True
                 self.cond.wait(min(left, 0.05))
-            errors = dict(self.errors)
-        for sid, message in errors.items():
-            sh = self.shippers.get(sid)
-            if sh is not None and sh.fenced:
-                raise FencedError(message)
-            raise ReplicaError(f"replication of {sid!r} failed: {message}")
+            lasting = dict(self.lasting)
+        for sid, exc in lasting.items():
+            if isinstance(exc, FencedError):
+                raise FencedError(str(exc))
+            raise ReplicaError(f"replication of {sid!r} failed: {exc}")
 
     def close(self) -> None:
         with contextlib.suppress(JournalError):

@@ -206,10 +206,13 @@ class SessionShipper:
             self._begin(done)
         while True:
             pieces = read_tail(self.directory, self.shipped_end, limit_bytes=CHUNK_BYTES)
-            if not pieces:
-                break
             for piece in pieces:
                 self._put_data(piece.segment_base, piece.start, piece.body, piece.commits, done)
+            # Again only when the read stopped at the size limit: commits made while
+            # this one PUT go with the next ship, so a busy writer still gets one PUT
+            # per ship, not one per round trip.
+            if sum(len(p.body) for p in pieces) < CHUNK_BYTES:
+                break
         self.last_ship_ms = _now_ms()
         return done
 
@@ -246,8 +249,7 @@ class SessionShipper:
         return done
 
     def _put_data(self, base: int, start: int, body: bytes, commits: int, done: Shipped) -> None:
-        self._put(ck.KIND_DATA, body, base, start, commits, done)
-        self.shipped_end = start + len(body)
+        self._put(ck.KIND_DATA, body, base, start, commits, done)  # moves shipped_end
 
     def _put(
         self, kind: int, body: bytes, base: int, start: int, commits: int, done: Shipped
@@ -270,6 +272,8 @@ class SessionShipper:
             data = ck.encode_chunk(c)
             if self.ctx.objects.put_if_absent(self._key(n), data):
                 self.next_n = n + 1
+                if kind == ck.KIND_DATA:
+                    self.shipped_end = start + len(body)
                 done.puts += 1
                 done.commits += commits
                 done.size += len(body)
@@ -365,15 +369,27 @@ class SessionShipper:
             writer=self.ctx.writer,
             body=b"",
         )
-        while True:
-            fence.n, fence.shipped_at_ms = n, _now_ms()
-            if self.ctx.objects.put_if_absent(self._key(n), ck.encode_chunk(fence)):
-                break
-            there = self._get_chunk(n)
-            if there is not None and there.epoch > epoch:
-                raise FencedError(
-                    f"session {self.session_id!r}: another host took it over at epoch"
-                    f" {there.epoch} while this one took it at epoch {epoch}"
-                )
-            n += 1  # the previous writer's last chunk, from before the fence
+        # The fence goes into the first free slot. A writer that keeps writing may
+        # take that slot first, again and again; so after a lost slot the fence goes
+        # one slot further on, which that writer (whose slots are dense) cannot
+        # reach first, and the slot between is then filled: by the writer's chunk
+        # (from before the fence) or by a second fence. The chain stays dense.
+        if not self._put_fence(fence, n):
+            while not self._put_fence(fence, n + 2):
+                n += 2  # it wrote n + 1 and n + 2 meanwhile: two slots on again
+            self._put_fence(fence, n + 1)  # False: the previous writer's chunk holds it
         return before, epoch
+
+    def _put_fence(self, fence: ck.Chunk, n: int) -> bool:
+        """Put the fence into slot `n`: whether it landed (False: a chunk of the
+        previous writer holds the slot); `FencedError` when a higher epoch does."""
+        fence.n, fence.shipped_at_ms = n, _now_ms()
+        if self.ctx.objects.put_if_absent(self._key(n), ck.encode_chunk(fence)):
+            return True
+        there = self._get_chunk(n)
+        if there is not None and there.epoch > fence.epoch:
+            raise FencedError(
+                f"session {self.session_id!r}: another host took it over at epoch"
+                f" {there.epoch} while this one took it at epoch {fence.epoch}"
+            )
+        return False
