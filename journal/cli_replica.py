@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import signal
 import sys
@@ -119,6 +118,8 @@ def cmd_replica(args: argparse.Namespace, out: Output) -> int:
 
 
 def _status(args: argparse.Namespace, out: Output) -> int:
+    import dataclasses
+
     from .replica import replica_status
 
     require_store(args.root)
